@@ -1,0 +1,296 @@
+"""NVML backend: the only module of the exporter that imports pynvml.
+
+The same code runs on a real GPU and in simulation (where pynvml.nvmlLib is a fake C
+library). All calls go through ``NvmlCaller.call`` (the choke point); per-GPU reading lives
+in nvml_device.py and its helpers, which receive the caller and never import pynvml.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+
+from exporter.backend.nvml_device import GpuReader
+from exporter.backend.nvml_types import NA, SECTIONS, DeviceTag, GpuLostError, Missing, NvmlCallError
+from exporter.backend.procinfo import ProcFs
+from exporter.errors import NoGpuError
+from exporter.snapshot import GpuInfo, Snapshot
+
+log = logging.getLogger(__name__)
+
+# Outcomes that mean "this device/driver cannot give the value", not "something broke".
+# NoPermission is here because it is a deployment fact (unprivileged exporter reading MIG
+# parent aggregates), constant for the process lifetime, and not a GPU fault.
+_NOT_AVAILABLE = {"NotSupported": "not supported on {model}", "NoPermission": "not permitted on {model} (insufficient privileges)"}
+# Outcomes that mean the symbol is absent from this driver: true for every GPU.
+_ABSENT = ("FunctionNotFound", "LibraryMismatch")
+
+# Calls where "not supported" is a property of (device, scalar argument), not of the device.
+_ARG_SCOPED = frozenset({
+    "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetTotalEccErrors",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetGpuInstanceRemainingCapacity",
+    "nvmlDeviceGetGpuInstanceProfileInfo",
+    "nvmlGpmMigSampleGet",
+})
+
+# A "not available" answer is remembered (the call is skipped) for this many polls, then
+# asked again in case a reset or driver change made it available.
+REPROBE_POLLS = 300
+
+
+def _short_name(pynvml, exc: BaseException) -> str:
+    """pynvml error class name without its prefix: NVMLError_GpuIsLost -> "GpuIsLost"."""
+    if isinstance(exc, pynvml.NVMLLibraryMismatchError):
+        return "LibraryMismatch"
+    name = type(exc).__name__
+    if name.startswith("NVMLError_"):
+        return name[len("NVMLError_"):]
+    # pynvml raises plain NVMLError(0) when a size probe unexpectedly succeeds (no data).
+    value = getattr(exc, "value", None)
+    return "Success" if value == 0 else f"Code{value}"
+
+
+class NvmlCaller:
+    """Single choke point for NVML calls: maps errors, warns once, counts calls and errors.
+
+    ``call(fn_name, *args, gpu=tag, expect=("NotFound",))`` returns the value, ``NA`` (not
+    available: NotSupported, NoPermission, FunctionNotFound, NVMLLibraryMismatchError),
+    ``Missing(err)`` for an expected error, or raises NvmlCallError / GpuLostError.
+    Thread-safe: GPU readers call it from worker threads.
+    """
+
+    def __init__(self, pynvml):
+        self.nv = pynvml
+        self.errors: Counter[tuple[str, str]] = Counter()  # (call, error) -> count, cumulative
+        self.calls_by_name: Counter[str] = Counter()  # cumulative, NVML calls actually made
+        self.calls_this_poll = 0
+        self._lock = threading.Lock()
+        self._warned: set[tuple[str, str]] = set()
+        self._unavailable: set[tuple] = set()  # cache keys of calls known to answer NA
+        self._polls = 0
+
+    def begin_poll(self) -> None:
+        """Reset the per-poll call count; every REPROBE_POLLS polls forget cached NA answers."""
+        with self._lock:
+            self.calls_this_poll = 0
+            self._polls += 1
+            if self._polls % REPROBE_POLLS == 0:
+                self._unavailable = {k for k in self._unavailable if k[0] == "absent"}  # symbols stay absent
+
+    def errors_snapshot(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return dict(self.errors)
+
+    @staticmethod
+    def _cache_keys(fn_name: str, args: tuple, gpu: DeviceTag | None) -> tuple[tuple, tuple]:
+        """(driver-wide key, per-device key) under which an NA answer is remembered.
+
+        For calls whose support depends on a scalar argument (clock type, memory struct
+        version, profile id) that argument is part of the key. Other scalars (timestamps,
+        pids) are not, or the cache would grow without bound. Handles never are: the tag
+        already names the device.
+        """
+        scalars = tuple(a for a in args if isinstance(a, int)) if fn_name in _ARG_SCOPED else ()
+        return ("absent", fn_name, scalars), ("device", fn_name, gpu, scalars)
+
+    def call(self, fn_name: str, *args, gpu: DeviceTag | None = None, expect: tuple[str, ...] = ()):
+        """Call ``pynvml.<fn_name>(*args)`` and classify the outcome (see class docstring)."""
+        absent_key, device_key = self._cache_keys(fn_name, args, gpu)
+        if absent_key in self._unavailable or device_key in self._unavailable:
+            return NA
+        fn = getattr(self.nv, fn_name, None)
+        if fn is None:  # nvidia-ml-py older than the call: same as a driver without the symbol
+            return self._not_available(fn_name, "FunctionNotFound", absent_key, gpu)
+        with self._lock:
+            self.calls_this_poll += 1
+            self.calls_by_name[fn_name] += 1
+        try:
+            return fn(*args)
+        except (self.nv.NVMLError, self.nv.NVMLLibraryMismatchError, UnicodeDecodeError) as exc:
+            if isinstance(exc, UnicodeDecodeError):  # garbage bytes from the driver
+                error = "UnicodeDecodeError"
+            else:
+                error = _short_name(self.nv, exc)
+            if error in expect:
+                return Missing(error)
+            if error in _ABSENT:
+                return self._not_available(fn_name, error, absent_key, gpu)
+            if error in _NOT_AVAILABLE:
+                return self._not_available(fn_name, error, device_key, gpu)
+            self._count_error(fn_name, error, exc)
+            if error == "GpuIsLost":
+                raise GpuLostError(fn_name, error, str(exc)) from None
+            raise NvmlCallError(fn_name, error, str(exc)) from None
+
+    def _not_available(self, fn_name: str, error: str, key: tuple, gpu: DeviceTag | None):
+        model = gpu.model if gpu is not None and gpu.model else "this GPU"
+        with self._lock:
+            self._unavailable.add(key)
+            warn_key = (fn_name, model if error in _NOT_AVAILABLE else "")
+            first = warn_key not in self._warned
+            self._warned.add(warn_key)
+        if first:
+            if error in _NOT_AVAILABLE:
+                reason = _NOT_AVAILABLE[error].format(model=model)
+            else:
+                reason = "not found in the NVIDIA driver library (driver older than nvidia-ml-py)"
+            log.warning("%s %s; metric omitted", fn_name, reason)
+        return NA
+
+    def _count_error(self, fn_name: str, error: str, exc: BaseException) -> None:
+        with self._lock:
+            self.errors[(fn_name, error)] += 1
+            first = self.errors[(fn_name, error)] == 1
+        (log.warning if first else log.debug)("NVML call %s failed: %s (%s)", fn_name, error, exc)
+
+
+def _init_failure_reason(error: str, exc: BaseException) -> str:
+    """One line for NoGpuError, naming the likely cause."""
+    reasons = {
+        "LibraryNotFound": "NVIDIA driver library libnvidia-ml.so.1 not found (no NVIDIA driver installed?)",
+        "DriverNotLoaded": "NVIDIA kernel driver is not loaded",
+        "LibRmVersionMismatch": "NVIDIA driver/library version mismatch (reload the kernel module or reboot)",
+        "NoPermission": "no permission to open the NVIDIA device files",
+        "NoGpus": "NVML found no NVIDIA GPU on this host",
+    }
+    return "nvml: " + reasons.get(error, f"initialisation failed: {error} ({exc})")
+
+
+class _Run:
+    """One GPU read in flight on its own daemon thread (so a hung driver call never blocks exit)."""
+
+    def __init__(self, reader: GpuReader, limiter: threading.Semaphore | None):
+        self.done = threading.Event()
+        self.result: tuple[GpuInfo, set[str]] | None = None
+        self.thread = threading.Thread(target=self._run, args=(reader, limiter), daemon=True,
+                                       name=f"nvml-gpu{reader.index}")
+        self.thread.start()
+
+    def _run(self, reader: GpuReader, limiter: threading.Semaphore | None) -> None:
+        try:
+            if limiter is not None:
+                with limiter:
+                    self.result = reader.read()
+            else:
+                self.result = reader.read()
+        finally:
+            self.done.set()
+
+
+class NvmlBackend:
+    """Polls every GPU through NVML into a Snapshot; see exporter.backend.base.Backend.
+
+    Each GPU is read on its own thread; a GPU whose read takes longer than ``gpu_timeout``
+    seconds is reported ``up=False, error="timeout"`` and skipped while that read is still
+    running, so threads never pile up. ``max_workers`` caps reads in flight (default: one
+    per GPU; a GPU waiting for a worker counts against its timeout).
+    """
+
+    name = "nvml"
+
+    def __init__(self, pynvml_module=None, procfs_root: str = "/proc", gpu_timeout: float = 5.0,
+                 max_workers: int | None = None):
+        self._nv = pynvml_module
+        self.procfs = ProcFs(procfs_root)
+        self.gpu_timeout = gpu_timeout
+        self.max_workers = max_workers
+        self.caller: NvmlCaller | None = None
+        self.driver_version = ""
+        self.readers: list[GpuReader] = []
+        self._runs: list[_Run | None] = []
+        self._limiter: threading.Semaphore | None = None
+        self._open = False
+
+    def open(self) -> None:
+        """nvmlInit and discover GPUs; NoGpuError (one line) when there is no driver or GPU."""
+        if self._nv is None:
+            import pynvml  # the single pynvml import of the exporter
+
+            self._nv = pynvml
+        nv = self._nv
+        self.caller = NvmlCaller(nv)
+        try:
+            nv.nvmlInit()
+        except (nv.NVMLError, nv.NVMLLibraryMismatchError) as exc:
+            error = _short_name(nv, exc)
+            raise NoGpuError(_init_failure_reason(error, exc)) from None
+        try:
+            count = nv.nvmlDeviceGetCount()
+        except nv.NVMLError as exc:
+            self._shutdown()
+            raise NoGpuError(_init_failure_reason(_short_name(nv, exc), exc)) from None
+        if count == 0:
+            self._shutdown()
+            raise NoGpuError(_init_failure_reason("NoGpus", None))
+        version = self.caller.call("nvmlSystemGetDriverVersion")
+        self.driver_version = version if isinstance(version, str) else ""
+        self.readers = [GpuReader(self.caller, i, self.procfs) for i in range(count)]
+        self._runs = [None] * count
+        if self.max_workers:
+            self._limiter = threading.BoundedSemaphore(self.max_workers)
+        self._open = True
+
+    def poll(self) -> Snapshot:
+        """Read every GPU once. GPU-level failures are reported in the Snapshot, not raised."""
+        if not self._open:
+            raise RuntimeError("NvmlBackend.poll() called before open()")
+        started = time.monotonic()
+        self.caller.begin_poll()
+        fresh: list[_Run | None] = []
+        for i, reader in enumerate(self.readers):
+            previous = self._runs[i]
+            if previous is not None and not previous.done.is_set():
+                fresh.append(None)  # still stuck in last poll's read: do not start another
+                continue
+            self._runs[i] = _Run(reader, self._limiter)
+            fresh.append(self._runs[i])
+        deadline = started + self.gpu_timeout
+        gpus: list[GpuInfo] = []
+        failed: set[str] = set()
+        for reader, run in zip(self.readers, fresh):
+            if run is not None and run.done.wait(max(0.0, deadline - time.monotonic())) and run.result:
+                info, sections = run.result
+            else:
+                if run is not None:
+                    log.warning("GPU %d: read took longer than %.1fs; reported down", reader.index, self.gpu_timeout)
+                info, sections = reader.down("timeout"), set(SECTIONS)
+            gpus.append(info)
+            failed |= sections
+        return Snapshot(
+            timestamp=time.time(),
+            backend=self.name,
+            driver_version=self.driver_version,
+            poll_duration_seconds=time.monotonic() - started,
+            gpus=tuple(gpus),
+            call_errors=self.caller.errors_snapshot(),
+            section_ok={s: s not in failed for s in SECTIONS},
+        )
+
+    @property
+    def calls_last_poll(self) -> int:
+        """NVML calls made during the last poll (for benchmarks)."""
+        return self.caller.calls_this_poll if self.caller else 0
+
+    def close(self) -> None:
+        """Free GPM samples and event sets, then nvmlShutdown. Safe to call twice."""
+        if not self._open:
+            return
+        self._open = False
+        for reader, run in zip(self.readers, self._runs):
+            if run is None or run.done.is_set():  # a hung read still owns its resources
+                reader.close()
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        try:
+            self._nv.nvmlShutdown()
+        except (self._nv.NVMLError, self._nv.NVMLLibraryMismatchError) as exc:
+            log.debug("nvmlShutdown failed: %s", exc)
+
+
+__all__ = ["NA", "Missing", "NvmlCallError", "GpuLostError", "DeviceTag", "NvmlCaller", "NvmlBackend"]

@@ -1,0 +1,215 @@
+"""Reads one physical GPU into a GpuInfo (receives the NvmlCaller; never imports pynvml).
+
+A GpuReader lives as long as the backend and keeps what does not change between polls:
+the handle, identity, supported clock-event reasons, MIG profile table, GPM samples,
+XID event set and per-process metadata. Only one thread reads a given GPU at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from exporter.backend.nvml_events import XidReader
+from exporter.backend.nvml_gpm import GpmReader
+from exporter.backend.nvml_mig import MigReader
+from exporter.backend.nvml_procs import ProcessReader, sharing_mode
+from exporter.backend.nvml_types import NA, SECTIONS, DeviceTag, NvmlCallError, PollContext, ok
+from exporter.backend.procinfo import DeviceRef, ProcFs
+from exporter.snapshot import GpuInfo
+
+log = logging.getLogger(__name__)
+
+# Snapshot clock key -> pynvml clock type constant name.
+CLOCKS = (("graphics", "NVML_CLOCK_GRAPHICS"), ("sm", "NVML_CLOCK_SM"),
+          ("memory", "NVML_CLOCK_MEM"), ("video", "NVML_CLOCK_VIDEO"))
+
+# Exported reason name -> pynvml bit constant suffix (nvmlClocksEventReason<suffix>).
+CLOCK_EVENT_REASONS = (
+    ("gpu_idle", "GpuIdle"),
+    ("applications_clocks_setting", "ApplicationsClocksSetting"),
+    ("sw_power_cap", "SwPowerCap"),
+    ("hw_slowdown", "HwSlowdown"),
+    ("sync_boost", "SyncBoost"),
+    ("sw_thermal_slowdown", "SwThermalSlowdown"),
+    ("hw_thermal_slowdown", "HwThermalSlowdown"),
+    ("hw_power_brake_slowdown", "HwPowerBrakeSlowdown"),
+    ("display_clock_setting", "DisplayClockSetting"),
+)
+
+# NVML_COMPUTEMODE_* value -> exported name; 1 (EXCLUSIVE_THREAD) was removed from NVML.
+COMPUTE_MODES = {0: "default", 2: "prohibited", 3: "exclusive_process"}
+
+# Current / supported reason getters, newest name first (the "Throttle" names predate R535).
+_REASON_CALLS = (("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetSupportedClocksEventReasons"),
+                 ("nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetSupportedClocksThrottleReasons"))
+
+
+def _mw_to_w(value):
+    """Milliwatts (NVML power) or millijoules (NVML energy) -> watts / joules."""
+    return None if value is None else value / 1000.0
+
+
+class GpuReader:
+    """All state and logic to read physical GPU ``index``."""
+
+    def __init__(self, caller, index: int, procfs: ProcFs):
+        self.caller = caller
+        self.nv = caller.nv
+        self.index = index
+        self.handle = None
+        self.name = ""
+        self.uuid = ""
+        self.pci_bus_id = ""
+        self._identity_read = False
+        self._reason_calls: tuple[str, str] | None = None
+        self._supported_reasons: int | None = None
+        self.mig = MigReader(caller)
+        self.procs = ProcessReader(caller, procfs)
+        self.gpm = GpmReader(caller)
+        self.xid = XidReader(caller)
+
+    # -- public -------------------------------------------------------------------------
+
+    def read(self) -> tuple[GpuInfo, set[str]]:
+        """One poll of this GPU: (info, failed sections). Never raises."""
+        ctx = PollContext(self.caller, DeviceTag(self.name, self.uuid))
+        try:
+            return self._read(ctx), ctx.failed
+        except NvmlCallError as exc:  # GPU lost, or its handle/identity unreadable
+            log.warning("GPU %d reported down: %s", self.index, exc)
+            self._forget_handle()
+            return self.down(exc.error), set(SECTIONS)
+        except Exception as exc:  # a bug or a driver returning garbage must not kill the poll
+            log.exception("GPU %d: unexpected error while reading", self.index)
+            self._forget_handle()
+            return self.down(type(exc).__name__), set(SECTIONS)
+
+    def down(self, error: str) -> GpuInfo:
+        """GpuInfo for a GPU that could not be read, labelled with the last known identity."""
+        return GpuInfo(index=self.index, uuid=self.uuid, name=self.name, pci_bus_id=self.pci_bus_id,
+                       up=False, error=error, xid_errors=self.xid.counts)
+
+    def close(self) -> None:
+        """Release GPM samples and the XID event set."""
+        self.gpm.close()
+        self.xid.close()
+
+    # -- steps --------------------------------------------------------------------------
+
+    def _forget_handle(self) -> None:
+        # A lost or reset GPU may come back with a new handle: fetch it (and re-check the
+        # identity) on the next poll. Resources tied to the old handle are released.
+        self.handle = None
+        self._identity_read = False
+        self.xid.close()
+
+    def _must(self, fn: str, *args):
+        value = self.caller.call(fn, *args)
+        if not ok(value):
+            raise NvmlCallError(fn, "NotAvailable")
+        return value
+
+    def _ensure_handle(self) -> None:
+        if self.handle is None:
+            self.handle = self._must("nvmlDeviceGetHandleByIndex", self.index)
+        if not self._identity_read:
+            self.name = self._must("nvmlDeviceGetName", self.handle)
+            self.uuid = self._must("nvmlDeviceGetUUID", self.handle)
+            pci = self.caller.call("nvmlDeviceGetPciInfo", self.handle, gpu=DeviceTag(self.name))
+            if ok(pci):
+                bus_id = pci.busId or pci.busIdLegacy
+                self.pci_bus_id = bus_id.decode("ascii", "replace") if isinstance(bus_id, bytes) else str(bus_id)
+            self._identity_read = True
+
+    def _read(self, ctx: PollContext) -> GpuInfo:
+        self._ensure_handle()
+        h = self.handle
+        ctx.tag = DeviceTag(self.name, self.uuid)
+        # XIDs first: when the GPU falls off the bus the XID is the one thing worth having.
+        xid_errors = self.xid.drain(ctx, h)
+        mode = ctx.get("gpu", "nvmlDeviceGetMigMode", h)
+        mig_mode = None if mode is None else mode[0] == self.nv.NVML_DEVICE_MIG_ENABLE
+        ctx.tag = DeviceTag(self.name, self.uuid, mig_mode)
+        total, used, free, reserved = ctx.memory("gpu", h)
+        values = dict(
+            index=self.index, uuid=self.uuid, name=self.name, pci_bus_id=self.pci_bus_id, up=True,
+            mig_mode=mig_mode, xid_errors=xid_errors,
+            memory_total_bytes=total, memory_used_bytes=used, memory_free_bytes=free,
+            memory_reserved_bytes=reserved,
+        )
+        values.update(self._sensors(ctx, h, mig_mode))
+        if not mig_mode:
+            util = ctx.get("gpu", "nvmlDeviceGetUtilizationRates", h)  # NotSupported under MIG
+            if util is not None:
+                values["utilization_ratio"] = util.gpu / 100.0
+                values["memory_utilization_ratio"] = util.memory / 100.0
+            mode_value = ctx.get("gpu", "nvmlDeviceGetComputeMode", h)  # needs a MIG handle under MIG
+            values["compute_mode"] = COMPUTE_MODES.get(mode_value, "unknown")
+        self.procs.begin_poll()
+        if mig_mode:
+            instances, processes, servers, capacity = self.mig.read(ctx, h, self.index, self.uuid, self.procs, self.gpm)
+            values.update(mig_instances=tuple(instances), mig_free_capacity=capacity)
+        else:
+            self.mig.disabled()
+            processes, servers = self.procs.read(ctx, h, DeviceRef(self.index, self.uuid), on_mig=False)
+        self.procs.end_poll()
+        activity = self.gpm.gpu(ctx, h)
+        if activity is not None:
+            values["activity"] = activity
+        values.update(processes=tuple(processes), mps_servers=tuple(servers),
+                      sharing=sharing_mode(mig_mode, processes, servers))
+        return GpuInfo(**values)
+
+    def _sensors(self, ctx: PollContext, h, mig_mode: bool | None) -> dict:
+        """Power (W), limit (W), energy (J), temperature (°C), clocks (Hz), reasons, ECC counts."""
+        nv = self.nv
+        out: dict = {
+            "power_watts": _mw_to_w(ctx.get("gpu", "nvmlDeviceGetPowerUsage", h)),
+            "power_limit_watts": _mw_to_w(ctx.get("gpu", "nvmlDeviceGetEnforcedPowerLimit", h)),
+            "energy_joules": _mw_to_w(ctx.get("gpu", "nvmlDeviceGetTotalEnergyConsumption", h)),
+        }
+        temp = ctx.get("gpu", "nvmlDeviceGetTemperature", h, nv.NVML_TEMPERATURE_GPU)
+        out["temperature_celsius"] = None if temp is None else float(temp)
+        clocks = {}
+        for key, const in CLOCKS:
+            mhz = ctx.get("gpu", "nvmlDeviceGetClockInfo", h, getattr(nv, const))
+            if mhz is not None:
+                clocks[key] = mhz * 1e6
+        out["clocks_hertz"] = clocks
+        out["clock_event_reasons"] = self._clock_event_reasons(ctx, h)
+        ecc = {}
+        for key, const in (("corrected", "NVML_MEMORY_ERROR_TYPE_CORRECTED"),
+                           ("uncorrected", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED")):
+            count = ctx.get("gpu", "nvmlDeviceGetTotalEccErrors", h, getattr(nv, const), nv.NVML_VOLATILE_ECC)
+            if count is not None:
+                ecc[key] = int(count)
+        out["ecc_errors"] = ecc
+        return out
+
+    def _clock_event_reasons(self, ctx: PollContext, h) -> dict[str, bool]:
+        """reason -> active, for the reasons this GPU supports (all known ones if it cannot say)."""
+        current = None
+        calls = [self._reason_calls] if self._reason_calls else _REASON_CALLS
+        for pair in calls:
+            current = ctx.raw("gpu", pair[0], h)
+            if current is not NA:
+                self._reason_calls = pair
+                break
+        if not ok(current):
+            return {}
+        if self._supported_reasons is None:
+            supported = ctx.raw("gpu", self._reason_calls[1], h)
+            if supported is NA:
+                self._supported_reasons = -1  # every bit: the GPU cannot tell which it supports
+            elif supported is not None:
+                self._supported_reasons = int(supported)
+        mask = self._supported_reasons if self._supported_reasons is not None else -1
+        reasons = {}
+        for name, suffix in CLOCK_EVENT_REASONS:
+            bit = getattr(self.nv, "nvmlClocksEventReason" + suffix, 0)
+            if bit and mask & bit:
+                reasons[name] = bool(current & bit)
+        return reasons
+
+
+__all__ = ["GpuReader", "CLOCK_EVENT_REASONS", "COMPUTE_MODES"]

@@ -1,0 +1,141 @@
+"""Processes on a GPU or MIG instance, MPS roles and the sharing mode (no pynvml import).
+
+Decisions:
+- A process NVML listed but that vanished before we asked its name (NotFound, /proc gone)
+  is KEPT with what is known (pid, memory, name/cmdline ""): NVML counted its memory in
+  the same list, so dropping it would make per-process sums disagree with the device.
+- The MPS list is asked only on a device where an nvidia-cuda-mps-server process holds a
+  context: MPS clients cannot exist without one, and this saves a call per device per poll.
+- Process names come from nvmlSystemGetProcessName (basename), else /proc/<pid>/comm; name,
+  command line and environment are cached per pid while the pid stays on the device.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from exporter.backend.nvml_types import NA, DeviceTag, PollContext, ok
+from exporter.backend.procinfo import DeviceRef, ProcFs, mps_memory_limit, mps_thread_ratio, select_environ
+from exporter.snapshot import MpsServer, ProcessInfo
+
+MPS_SERVER_NAME = "nvidia-cuda-mps-server"
+_COMM_LEN = 15  # the kernel truncates /proc/<pid>/comm to 15 characters
+
+
+def is_mps_server(name: str) -> bool:
+    """True for the MPS server's process name, also in its truncated /proc comm form."""
+    return name == MPS_SERVER_NAME or name == MPS_SERVER_NAME[:_COMM_LEN]
+
+
+def sharing_mode(mig_mode: bool | None, processes, servers) -> str:
+    """How the GPU is shared: mig / mig+mps / mps / time_slicing / exclusive / idle."""
+    if mig_mode:
+        return "mig+mps" if servers else "mig"
+    if servers:
+        return "mps"
+    clients = sum(1 for p in processes if not p.is_mps_server)
+    return "time_slicing" if clients > 1 else "exclusive" if clients == 1 else "idle"
+
+
+@dataclass(frozen=True)
+class _Meta:
+    name: str
+    cmdline: str
+    environ: dict  # selected variables only (CUDA_*, KUBERNETES_*)
+
+
+class ProcessReader:
+    """Process lists of one physical GPU (and its MIG instances), with per-pid caches."""
+
+    def __init__(self, caller, procfs: ProcFs):
+        self.caller = caller
+        self.procfs = procfs
+        self._meta: dict[int, _Meta] = {}
+        self._seen: set[int] = set()
+        self.last_seen_us = 0  # newest per-process utilization sample timestamp consumed
+
+    def begin_poll(self) -> None:
+        self._seen = set()
+
+    def end_poll(self) -> None:
+        """Forget metadata of pids no longer on the GPU (a reused pid is re-read)."""
+        for pid in [p for p in self._meta if p not in self._seen]:
+            del self._meta[pid]
+
+    def read(self, ctx: PollContext, handle, dev: DeviceRef, *, on_mig: bool, tag: DeviceTag | None = None):
+        """(processes, mps servers) on the device behind ``handle`` (a GPU or a MIG instance)."""
+        entries = {p.pid: p for p in self._list(ctx, "process", "nvmlDeviceGetComputeRunningProcesses", handle, tag)}
+        metas = {pid: self._lookup(ctx, pid) for pid in entries}
+        server_pids = {pid for pid, meta in metas.items() if is_mps_server(meta.name)}
+        client_pids: set[int] = set()
+        if server_pids:
+            for p in self._list(ctx, "mps", "nvmlDeviceGetMPSComputeRunningProcesses", handle, tag):
+                client_pids.add(p.pid)
+                if p.pid not in entries:
+                    entries[p.pid] = p
+                    metas[p.pid] = self._lookup(ctx, p.pid)
+        util = {} if on_mig or not entries else self._utilization(ctx, handle, tag)
+        processes = []
+        for pid, entry in sorted(entries.items()):
+            meta = metas[pid]
+            server = pid in server_pids
+            client = pid in client_pids and not server
+            env = meta.environ
+            processes.append(ProcessInfo(
+                pid=pid, name=meta.name, cmdline=meta.cmdline, gpu_index=dev.nvml_index,
+                gi=dev.gi, ci=dev.ci, used_memory_bytes=entry.usedGpuMemory,
+                sm_utilization_ratio=util.get(pid),
+                is_mps_client=client, is_mps_server=server,
+                mps_memory_limit_bytes=mps_memory_limit(env, dev) if client else None,
+                mps_active_thread_ratio=mps_thread_ratio(env) if client else None,
+                environ=env))
+        servers = [MpsServer(pid=pid, gi=dev.gi) for pid in sorted(server_pids)]
+        return processes, servers
+
+    # -- steps --------------------------------------------------------------------------
+
+    def _list(self, ctx: PollContext, section: str, fn: str, handle, tag) -> list:
+        procs = ctx.raw(section, fn, handle, tag=tag)
+        if procs is NA:
+            # The unversioned wrapper needs the _v3 symbol (NVMLLibraryMismatchError on
+            # older drivers); _v2 has the same result shape.
+            procs = ctx.raw(section, fn + "_v2", handle, tag=tag)
+        return list(procs) if ok(procs) else []
+
+    def _lookup(self, ctx: PollContext, pid: int) -> _Meta:
+        self._seen.add(pid)
+        meta = self._meta.get(pid)
+        if meta is not None:
+            return meta
+        name = ""
+        nvml_name = ctx.get("process", "nvmlSystemGetProcessName", pid, expect=("NotFound",))
+        if isinstance(nvml_name, str) and nvml_name.strip():
+            name = os.path.basename(nvml_name.strip().rstrip("/"))
+        if not name:
+            name = self.procfs.comm(pid) or ""
+        meta = _Meta(name=name, cmdline=self.procfs.cmdline(pid) or "",
+                     environ=select_environ(self.procfs.environ(pid)))
+        if name:  # an unknown name is retried next poll (the process may be gone by then)
+            self._meta[pid] = meta
+        return meta
+
+    def _utilization(self, ctx: PollContext, handle, tag) -> dict[int, float]:
+        """pid -> mean SM utilization ratio over the samples newer than the last poll's.
+
+        NotFound means no new samples: those pids keep None. pynvml raises plain
+        NVMLError(0) ("Success") when the size probe finds nothing: same meaning.
+        """
+        samples = ctx.get("process", "nvmlDeviceGetProcessUtilization", handle, self.last_seen_us,
+                          expect=("NotFound", "Success"), tag=tag)
+        if not ok(samples):
+            return {}
+        per_pid: dict[int, list[int]] = {}
+        newest = self.last_seen_us
+        for s in samples:
+            if s.timeStamp <= self.last_seen_us:
+                continue
+            per_pid.setdefault(int(s.pid), []).append(int(s.smUtil))
+            newest = max(newest, int(s.timeStamp))
+        self.last_seen_us = newest
+        return {pid: min(1.0, sum(v) / len(v) / 100.0) for pid, v in per_pid.items()}

@@ -1,0 +1,136 @@
+"""Values and exceptions shared by the NVML backend modules (no pynvml import here).
+
+``NvmlCaller.call`` (exporter.backend.nvml) is the single place that talks to pynvml. It
+answers with one of:
+
+- the value pynvml returned;
+- ``NA``: the call is not available on this device/driver (NotSupported, FunctionNotFound,
+  NVMLLibraryMismatchError, NoPermission). The metric is omitted, nothing failed;
+- a ``Missing`` object: an error the caller said it expects as normal control flow
+  (``expect=``), e.g. NotFound for an empty MIG slot or Timeout for an empty event queue;
+- or it raises ``NvmlCallError`` (``GpuLostError`` for GpuIsLost): a real failure that the
+  reader turns into a failed section (or a down GPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class _NotAvailable:
+    """Singleton meaning "this device/driver cannot tell us"; falsy so ``or`` chains work."""
+
+    _instance = None
+
+    def __new__(cls):
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "NA"
+
+
+NA = _NotAvailable()
+
+
+class Missing:
+    """An expected, non-failure error outcome of a call (e.g. "NotFound"); falsy."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: str):
+        self.error = error
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"Missing({self.error})"
+
+
+class NvmlCallError(Exception):
+    """An NVML call failed with an error that is not "not available" (counted in call_errors)."""
+
+    def __init__(self, call: str, error: str, message: str = ""):
+        super().__init__(f"{call}: {error}" + (f" ({message})" if message else ""))
+        self.call = call
+        self.error = error  # pynvml class name without "NVMLError_", e.g. "Unknown"
+
+
+class GpuLostError(NvmlCallError):
+    """NVML said GPU_IS_LOST: the GPU is reported down for this poll."""
+
+
+@dataclass(frozen=True)
+class DeviceTag:
+    """Which device a call is about, for warn-once messages and the "not available" cache.
+
+    ``model`` is the product name used in warnings; ``uuid`` + ``mig_mode`` + ``on_mig``
+    scope the cache so that a call unsupported in MIG mode is retried after MIG is disabled.
+    """
+
+    model: str
+    uuid: str = ""
+    mig_mode: bool | None = None
+    on_mig: bool = False  # the call targets a MIG device handle, not the parent GPU
+
+
+SECTIONS = ("gpu", "mig", "process", "mps")
+
+
+@dataclass
+class PollContext:
+    """One GPU read: remembers which sections failed and forwards calls with the device tag."""
+
+    caller: object  # NvmlCaller
+    tag: DeviceTag
+    failed: set[str] = field(default_factory=set)
+
+    failures: int = 0  # failed calls so far; compare before/after to know if a step was complete
+
+    def raw(self, section: str, fn: str, *args, expect: tuple[str, ...] = (), tag: DeviceTag | None = None):
+        """Value of ``fn(*args)``, NA, or Missing; None (section marked failed) when the call failed.
+
+        GpuLostError is not caught: the whole GPU read stops and the GPU is reported down.
+        """
+        try:
+            return self.caller.call(fn, *args, gpu=tag or self.tag, expect=expect)
+        except GpuLostError:
+            raise
+        except NvmlCallError:
+            self.failed.add(section)
+            self.failures += 1
+            return None
+
+    def get(self, section: str, fn: str, *args, expect: tuple[str, ...] = (), tag: DeviceTag | None = None):
+        """Like ``raw`` but NA becomes None: the caller only cares whether it has a value."""
+        value = self.raw(section, fn, *args, expect=expect, tag=tag)
+        return None if value is NA else value
+
+    def memory(self, section: str, handle, tag: DeviceTag | None = None):
+        """(total, used, free, reserved) bytes; v2 struct first, v1 when v2 is not available.
+
+        v2 ``used`` excludes the driver-reserved memory reported separately; v1 ``used``
+        includes it and has no ``reserved`` (None). Any field is None when unreadable.
+        """
+        mem = self.raw(section, "nvmlDeviceGetMemoryInfo", handle, self.caller.nv.nvmlMemory_v2, tag=tag)
+        if mem is not NA:
+            if mem is None:
+                return None, None, None, None
+            return int(mem.total), int(mem.used), int(mem.free), int(mem.reserved)
+        mem = self.get(section, "nvmlDeviceGetMemoryInfo", handle, tag=tag)
+        if mem is None:
+            return None, None, None, None
+        return int(mem.total), int(mem.used), int(mem.free), None
+
+
+def ok(value) -> bool:
+    """True when a PollContext answer carries a value (not None, not Missing).
+
+    Needed because NVML handles are ctypes pointers and a NULL-valued one is falsy.
+    """
+    return value is not None and value is not NA and not isinstance(value, Missing)

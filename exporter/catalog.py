@@ -1,0 +1,255 @@
+"""GPU models and their MIG profiles, as data, plus pure MIG placement rules.
+
+Facts come from ../shared/reference/nvml_facts.md (section 2); the raw tables live in
+exporter/catalog_data.py. Used by the simulator (to behave like a given GPU) and by
+`exporter recommend` (to enumerate layouts). On a real GPU the profiles NVML reports win
+over this table.
+
+A *placement* is ``(profile_name, start)`` with ``start`` in memory slices; a *layout* is a
+list of placements on one GPU.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Iterable, Sequence
+
+from exporter import catalog_data
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    name: str  # "3g.40gb" (NVML name is "MIG " + name, returned as bytes in the profile struct)
+    profile_id: int  # NVML profile id (.id), e.g. 9
+    enum_index: int  # NVML_GPU_INSTANCE_PROFILE_* index passed to ...GetGpuInstanceProfileInfo
+    slice_count: int  # compute (SM) slices: the "3" of 3g
+    memory_slices: int  # placement size in memory slices
+    memory_mib: int  # memorySizeMB
+    sm_count: int  # multiprocessorCount
+    max_instances: int  # instanceCount
+    starts: tuple[int, ...]  # valid placement starts, in memory slices
+    copy_engines: int = 0
+    decoders: int = 0
+    encoders: int = 0
+    jpegs: int = 0
+    ofas: int = 0
+    media_extensions: bool = False  # "+me" profiles
+    inferred: bool = False  # True when a value is [inf] in the reference facts
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    key: str  # scenario alias, e.g. "H100-80GB"
+    nvml_name: str  # product name NVML returns, e.g. "NVIDIA H100 80GB HBM3"
+    aliases: tuple[str, ...]
+    architecture: str  # "ampere" | "hopper" | "blackwell" | ...
+    compute_capability: tuple[int, int]
+    pci_device_id: int  # e.g. 0x233010DE
+    memory_total_mib: int  # as nvidia-smi shows total
+    memory_reserved_mib: int  # v2 "reserved"
+    sm_count: int  # full GPU, non-MIG
+    power_limit_watts: float
+    idle_power_watts: float
+    max_clocks_mhz: tuple[int, int, int, int]  # graphics, sm, memory, video
+    memory_slices: int  # 8 on A100/H100/H200/B200, 4 on A30; 0 when not MIG-capable
+    compute_slices: int  # 7 or 4; 0 when not MIG-capable
+    max_mig_devices: int  # nvmlDeviceGetMaxMigDeviceCount with MIG on (7 or 4)
+    mig_profiles: tuple[MigProfile, ...] = ()
+
+    @property
+    def mig_capable(self) -> bool:
+        return bool(self.mig_profiles)
+
+    @property
+    def gpm_supported(self) -> bool:
+        """GPM exists on Hopper and newer only."""
+        return self.architecture in ("hopper", "blackwell")
+
+    @property
+    def memory_capacity_bytes(self) -> int:
+        """Bytes processes can allocate on the whole GPU (total minus reserved)."""
+        return (self.memory_total_mib - self.memory_reserved_mib) * MIB
+
+    @property
+    def all_names(self) -> tuple[str, ...]:
+        """Every name this model answers to: key, NVML product name, aliases."""
+        return (self.key, self.nvml_name, *self.aliases)
+
+    def profile_by_id(self, profile_id: int) -> MigProfile | None:
+        """The profile whose NVML ``.id`` is ``profile_id``, or None."""
+        return next((p for p in self.mig_profiles if p.profile_id == profile_id), None)
+
+    def profile_by_enum(self, enum_index: int) -> MigProfile | None:
+        """The profile for NVML_GPU_INSTANCE_PROFILE_* index ``enum_index``, or None."""
+        return next((p for p in self.mig_profiles if p.enum_index == enum_index), None)
+
+    def profile(self, name: str) -> MigProfile:
+        """The profile called ``name`` ("3g.40gb"); KeyError naming the valid ones otherwise."""
+        for p in self.mig_profiles:
+            if p.name == name:
+                return p
+        valid = ", ".join(p.name for p in self.mig_profiles) or "none (not MIG-capable)"
+        raise KeyError(f"unknown MIG profile {name!r} for {self.key} (valid: {valid})")
+
+
+def _build_models() -> dict[str, GpuModel]:
+    models = {}
+    for key, row in catalog_data.MODEL_ROWS.items():
+        fields = dict(row)
+        profiles = tuple(
+            MigProfile(
+                name=p[0], profile_id=p[1], enum_index=p[2], slice_count=p[3],
+                memory_slices=p[4], memory_mib=p[5], sm_count=p[6], max_instances=p[7],
+                starts=p[8], copy_engines=p[9], decoders=p[10], encoders=p[11], jpegs=p[12],
+                ofas=p[13], media_extensions=p[14], inferred=p[15],
+            )
+            for p in fields.pop("profiles")
+        )
+        models[key] = GpuModel(key=key, mig_profiles=profiles, **fields)
+    return models
+
+
+MODELS: dict[str, GpuModel] = _build_models()
+
+_BY_NAME: dict[str, GpuModel] = {
+    name.casefold(): model for model in MODELS.values() for name in model.all_names
+}
+
+
+def resolve_model(name: str) -> GpuModel:
+    """The model called ``name`` (key, NVML product name or alias; case-insensitive).
+
+    Raises KeyError whose first arg is a one-line message listing the known keys.
+    """
+    model = _BY_NAME.get(str(name).strip().casefold())
+    if model is None:
+        known = ", ".join(MODELS)
+        raise KeyError(f"unknown GPU model {name!r} (known: {known}; NVML product names also work)")
+    return model
+
+
+# --- MIG placement rules ---------------------------------------------------------------
+
+Placement = tuple[str, int]
+
+
+def _span(profile: MigProfile, start: int) -> range:
+    return range(start, start + profile.memory_slices)
+
+
+def layout_fits(model: GpuModel, placements: Iterable[Placement]) -> str | None:
+    """None if ``placements`` can exist together on ``model``, else why not (one line).
+
+    Rules (nvml_facts.md §2.1): the profile exists; the start is one of its allowed starts;
+    at most ``max_instances`` of each profile; memory slices [start, start+size) do not
+    overlap; compute slices sum to at most ``model.compute_slices``; and the optical-flow /
+    media engines (OFA) of the +me profiles sum to at most the full-GPU profile's count,
+    which is why only one +me instance can exist per GPU.
+    """
+    placements = list(placements)
+    if placements and not model.mig_capable:
+        return f"{model.key} is not MIG-capable"
+    owner: dict[int, Placement] = {}
+    counts: Counter[str] = Counter()
+    compute = ofas = 0
+    for name, start in placements:
+        try:
+            profile = model.profile(name)
+        except KeyError as exc:
+            return exc.args[0]
+        if start not in profile.starts:
+            allowed = ", ".join(map(str, profile.starts))
+            return f"{name} cannot start at memory slice {start} (allowed starts: {allowed})"
+        counts[name] += 1
+        if counts[name] > profile.max_instances:
+            return f"more than {profile.max_instances} x {name} (its maximum on {model.key})"
+        for s in _span(profile, start):
+            if s in owner:
+                other, other_start = owner[s]
+                return f"{name} at {start} overlaps {other} at {other_start} (memory slice {s})"
+            owner[s] = (name, start)
+        compute += profile.slice_count
+        ofas += profile.ofas
+    if compute > model.compute_slices:
+        return f"layout needs {compute} compute slices, {model.key} has {model.compute_slices}"
+    ofa_budget = max((p.ofas for p in model.mig_profiles), default=0)
+    if ofas > ofa_budget:
+        return f"layout needs {ofas} media (OFA) engines, {model.key} has {ofa_budget}"
+    return None
+
+
+def first_free_start(
+    model: GpuModel, taken: Sequence[Placement], profile_name: str
+) -> int | None:
+    """Lowest allowed start where one more ``profile_name`` fits next to ``taken``; None if none."""
+    profile = model.profile(profile_name)
+    for start in profile.starts:
+        if layout_fits(model, [*taken, (profile_name, start)]) is None:
+            return start
+    return None
+
+
+def remaining_capacity(model: GpuModel, taken: Sequence[Placement], profile_name: str) -> int:
+    """How many more ``profile_name`` instances can be created *together* next to ``taken``.
+
+    This is the meaning of nvmlDeviceGetGpuInstanceRemainingCapacity. Counting the starts
+    where one instance fits on its own over-counts (an empty H100 has 7 free starts for
+    1g.10gb+me but room for one), and greedy filling is only exact while starts are aligned
+    to the profile size, so this tries every subset of the free starts (at most 2^7) and
+    keeps the largest that fits as a whole.
+    """
+    profile = model.profile(profile_name)
+    if layout_fits(model, taken) is not None:
+        return 0
+    starts = [s for s in profile.starts if layout_fits(model, [*taken, (profile_name, s)]) is None]
+    for k in range(len(starts), 0, -1):
+        for chosen in combinations(starts, k):
+            if layout_fits(model, [*taken, *((profile_name, s) for s in chosen)]) is None:
+                return k
+    return 0
+
+
+def all_placements(model: GpuModel) -> list[Placement]:
+    """Every (profile, start) pair the model allows, by start then profile order."""
+    order = {p.name: i for i, p in enumerate(model.mig_profiles)}
+    return sorted(
+        ((p.name, s) for p in model.mig_profiles for s in p.starts),
+        key=lambda ps: (ps[1], order[ps[0]]),
+    )
+
+
+def enumerate_layouts(model: GpuModel, maximal_only: bool = False) -> list[tuple[Placement, ...]]:
+    """Every valid non-empty layout of ``model``, each a tuple in ``all_placements`` order.
+
+    With ``maximal_only`` only layouts to which no further placement can be added. Every
+    rule in ``layout_fits`` only gets stricter as placements are added, so a depth-first
+    search that stops at the first violation visits exactly the valid sets.
+    """
+    candidates = all_placements(model)
+    found: list[tuple[Placement, ...]] = []
+
+    def extend(chosen: list[Placement], next_index: int) -> bool:
+        """Record valid extensions of ``chosen``; True if any candidate from next_index fits."""
+        grew = False
+        for i in range(next_index, len(candidates)):
+            trial = [*chosen, candidates[i]]
+            if layout_fits(model, trial) is not None:
+                continue
+            grew = True
+            if not maximal_only:
+                found.append(tuple(trial))
+            has_child = extend(trial, i + 1)
+            # Maximal: nothing after i fits (no child) and nothing before i fits either.
+            if maximal_only and not has_child and all(
+                layout_fits(model, [*trial, candidates[j]]) is not None
+                for j in range(i) if candidates[j] not in trial
+            ):
+                found.append(tuple(trial))
+        return grew
+
+    extend([], 0)
+    return found

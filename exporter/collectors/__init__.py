@@ -1,0 +1,31 @@
+"""Collectors: objects whose collect() turns the current Snapshot into metric families.
+
+One collector per file. They read a Snapshot only and never call the driver.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from exporter.collectors.base import SnapshotSource
+from exporter.collectors.exporter_self import ExporterCollector, PollStats
+from exporter.collectors.gpu import GpuCollector
+from exporter.collectors.guard import Collector, GuardedCollectors
+from exporter.collectors.mig import MigCollector
+from exporter.collectors.mps import MpsCollector
+from exporter.collectors.process import ProcessCollector
+from exporter.collectors.simulation import SimulationCollector
+
+__all__ = ["Collector", "GuardedCollectors", "PollStats", "default_collectors"]
+
+
+def default_collectors(snapshot: SnapshotSource, stats: Callable[[], PollStats]) -> list[Collector]:
+    """Every collector, in the order their families appear on /metrics."""
+    return [
+        GpuCollector(snapshot),
+        MigCollector(snapshot),
+        ProcessCollector(snapshot),
+        MpsCollector(snapshot),
+        SimulationCollector(snapshot),
+        ExporterCollector(stats, snapshot),
+    ]

@@ -1,0 +1,123 @@
+"""Shared pieces of the snapshot collectors: metric specs and a family builder.
+
+Every collector reads one :class:`~exporter.snapshot.Snapshot` and turns it into
+prometheus_client metric families. The builder here enforces the rules that all of
+them share: ``None`` is skipped (never exported as 0), a label set is exported at
+most once per family (first value wins), and families without samples are dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator
+
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+
+from exporter.snapshot import Snapshot
+
+SnapshotSource = Callable[[], "Snapshot | None"]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One metric family as exposed in the text format.
+
+    ``name`` is the exposed name: counters end in ``_total`` and info metrics in
+    ``_info`` exactly as a scrape shows them; ``unit`` is the OpenMetrics unit.
+    """
+
+    name: str
+    kind: str  # "gauge" | "counter" | "info"
+    help: str
+    labels: tuple[str, ...] = ()
+    unit: str = ""
+
+    def new_family(self) -> Metric:
+        """An empty prometheus_client family for this spec."""
+        if self.kind == "gauge":
+            return GaugeMetricFamily(self.name, self.help, labels=self.labels, unit=self.unit)
+        if self.kind == "counter":
+            # CounterMetricFamily strips the "_total" and adds it back on the sample.
+            return CounterMetricFamily(self.name, self.help, labels=self.labels, unit=self.unit)
+        if self.kind == "info":
+            return InfoMetricFamily(self.name[: -len("_info")], self.help, labels=self.labels)
+        raise ValueError(f"unknown metric kind {self.kind!r}")
+
+
+class Families:
+    """Collects samples per spec, in first-use order."""
+
+    def __init__(self) -> None:
+        self._families: dict[str, tuple[Metric, set[tuple[str, ...]]]] = {}
+
+    def add(self, spec: Spec, label_values: Iterable[object], value: float | bool | None) -> None:
+        """Add one sample; ``None`` values and repeated label sets are ignored."""
+        if value is None:
+            return
+        values = tuple("" if v is None else str(v) for v in label_values)
+        if len(values) != len(spec.labels):
+            raise ValueError(f"{spec.name}: {len(values)} label values for labels {spec.labels}")
+        entry = self._families.get(spec.name)
+        if entry is None:
+            entry = (spec.new_family(), set())
+            self._families[spec.name] = entry
+        family, seen = entry
+        if values in seen:
+            return
+        seen.add(values)
+        if spec.kind == "info":
+            family.add_metric(list(values), {})
+        else:
+            family.add_metric(list(values), float(value))
+
+    def __iter__(self) -> Iterator[Metric]:
+        return (family for family, _ in self._families.values() if family.samples)
+
+
+class SnapshotCollector:
+    """Base of the collectors that turn the current snapshot into families.
+
+    ``name`` is the value of the ``collector`` label in the self-metrics and
+    ``section`` the key of :attr:`Snapshot.section_ok` whose failure marks this
+    collector unsuccessful.
+    """
+
+    name = ""
+    section: str | None = None
+
+    def __init__(self, source: SnapshotSource) -> None:
+        self._source = source
+
+    def collect(self) -> list[Metric]:
+        """prometheus_client entry point: families for the current snapshot."""
+        snapshot = self._source()
+        if snapshot is None:
+            return []
+        return list(self.families(snapshot))
+
+    def section_ok(self) -> bool:
+        """False when there is no snapshot or the backend marked our section failed."""
+        snapshot = self._source()
+        if snapshot is None:
+            return False
+        if self.section is None:
+            return True
+        return bool(snapshot.section_ok.get(self.section, True))
+
+    def families(self, snapshot: Snapshot) -> Iterable[Metric]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def gpu_labels(index: int, uuid: str) -> tuple[str, str]:
+    """The (gpu, uuid) label values every per-GPU series starts with."""
+    return (str(index), uuid)
+
+
+def gi_label(gi: int | None) -> str:
+    """GPU-instance label value: the id, or "" outside MIG."""
+    return "" if gi is None else str(gi)

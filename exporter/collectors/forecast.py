@@ -1,0 +1,126 @@
+"""Forecast series: expected peaks, time-aware peak demand, headroom, ETAs, learned profiles.
+
+Reads the latest :class:`~exporter.foresight.state.ForesightResult`; never touches NVML.
+Series that have no meaningful value are absent, never 0: the exhaustion ETA when memory is
+not growing, the contention ETA and stagger advice when no contention is predicted.
+"""
+
+from __future__ import annotations
+
+from prometheus_client.metrics_core import Metric
+
+from exporter.collectors.base import Families, Spec, gi_label, gpu_labels
+from exporter.foresight.state import DeviceRow, Foresight
+
+GPU = ("gpu", "uuid")
+MIG = ("gpu", "uuid", "gi", "profile")
+
+EXPECTED_PEAK = Spec(
+    "gpushare_process_memory_expected_peak_bytes",
+    "gauge",
+    "Learned peak memory of the process's workload, at least its current use.",
+    ("gpu", "uuid", "gi", "pid", "process", "sharing", "workload"),
+    "bytes",
+)
+AT_CONTENTION = Spec(
+    "gpushare_process_memory_expected_at_contention_bytes",
+    "gauge",
+    "Memory the process is expected to hold when its device first overflows (only when an overflow is predicted).",
+    ("gpu", "uuid", "gi", "pid", "process", "workload"),
+    "bytes",
+)
+
+
+def _device_specs(scope: str, labels: tuple[str, ...], where: str) -> dict[str, Spec]:
+    """The per-device forecast families for ``scope`` (gpu or mig)."""
+    return {
+        "demand": Spec(
+            f"gpushare_{scope}_memory_peak_demand_bytes", "gauge",
+            f"Maximum over future time of the memory expected to be held at once on the {where}.", labels, "bytes"),
+        "sum": Spec(
+            f"gpushare_{scope}_memory_expected_peak_sum_bytes", "gauge",
+            f"Sum of the expected peaks on the {where}, as if all peaked at the same moment.", labels, "bytes"),
+        "headroom": Spec(
+            f"gpushare_{scope}_memory_headroom_bytes", "gauge",
+            f"Usable memory of the {where} minus peak demand; negative means contention is coming.", labels, "bytes"),
+        "contention": Spec(
+            f"gpushare_{scope}_memory_contention_eta_seconds", "gauge",
+            f"Seconds until expected demand first exceeds the {where}'s memory (only when predicted).", labels,
+            "seconds"),
+        "stagger": Spec(
+            f"gpushare_{scope}_memory_stagger_needed_seconds", "gauge",
+            f"Spacing between job starts that would avoid the predicted contention on the {where}.", labels, "seconds"),
+        "exhaustion": Spec(
+            f"gpushare_{scope}_memory_exhaustion_eta_seconds", "gauge",
+            f"Seconds until the {where}'s memory is full at the recent linear trend (absent when not growing).",
+            labels, "seconds"),
+        "slowdown": Spec(
+            f"gpushare_{scope}_forecast_slowdown_ratio", "gauge",
+            f"Factor by which learned timelines are stretched on the {where} because runs are late (1 = on time).",
+            labels, "ratio"),
+    }
+
+
+GPU_SPECS = _device_specs("gpu", GPU, "GPU")
+MIG_SPECS = _device_specs("mig", MIG, "MIG instance")
+PROFILE_LABELS = ("workload",)
+PROFILE_PEAK = Spec("gpushare_workload_profile_peak_bytes", "gauge", "Learned peak memory of one run.",
+                    PROFILE_LABELS, "bytes")
+PROFILE_DURATION = Spec("gpushare_workload_profile_duration_seconds", "gauge",
+                        "Length of the newest fully observed run.", PROFILE_LABELS, "seconds")
+PROFILE_OFFSET = Spec("gpushare_workload_profile_peak_offset_seconds", "gauge",
+                      "Age of a run when it first reaches its peak.", PROFILE_LABELS, "seconds")
+PROFILE_RUNS = Spec("gpushare_workload_profile_runs", "gauge",
+                    "Fully observed runs learned (0: provisional, not used for forecasts).", PROFILE_LABELS)
+PROFILES_STORED = Spec("gpushare_workload_profiles", "gauge",
+                       "Workload profiles held (the exported gpushare_workload_profile_* series are capped).")
+STORE_OK = Spec("gpushare_exporter_state_store_ok", "gauge",
+                "1 while the --state-dir profile store reads and writes fine, 0 when profiles live in memory only.")
+
+
+class ForecastCollector:
+    """prometheus_client collector over a :class:`Foresight`."""
+
+    name = "forecast"
+
+    def __init__(self, foresight: Foresight) -> None:
+        self.foresight = foresight
+
+    def section_ok(self) -> bool:
+        """False when the last Foresight.observe() failed (the previous forecast is still served)."""
+        return self.foresight.healthy
+
+    def collect(self) -> list[Metric]:
+        """Families for the latest forecast."""
+        result = self.foresight.result()
+        out = Families()
+        for row in result.processes:
+            ids = gpu_labels(row.gpu, row.uuid) + (gi_label(row.gi), row.pid, row.process)
+            out.add(EXPECTED_PEAK, ids + (row.sharing, row.workload), row.expected_peak_bytes)
+            out.add(AT_CONTENTION, ids + (row.workload,), row.at_contention_bytes)
+        for device in result.devices:
+            _add_device(out, device)
+        for label, profile in result.profiles:
+            out.add(PROFILE_PEAK, (label,), profile.peak_bytes)
+            out.add(PROFILE_DURATION, (label,), profile.duration_seconds)
+            out.add(PROFILE_OFFSET, (label,), profile.peak_offset_seconds)
+            out.add(PROFILE_RUNS, (label,), profile.runs)
+        out.add(PROFILES_STORED, (), result.profiles_stored)
+        out.add(STORE_OK, (), None if result.store_ok is None else int(result.store_ok))
+        return list(out)
+
+
+def _add_device(out: Families, device: DeviceRow) -> None:
+    """The forecast series of one GPU or MIG instance."""
+    if device.gi is None:
+        specs, ids = GPU_SPECS, gpu_labels(device.gpu, device.uuid)
+    else:
+        specs, ids = MIG_SPECS, gpu_labels(device.gpu, device.uuid) + (gi_label(device.gi), device.profile)
+    forecast = device.forecast
+    out.add(specs["demand"], ids, forecast.peak_demand_bytes)
+    out.add(specs["sum"], ids, forecast.peak_sum_bytes)
+    out.add(specs["headroom"], ids, forecast.headroom_bytes)
+    out.add(specs["contention"], ids, forecast.contention_in_seconds)
+    out.add(specs["stagger"], ids, forecast.stagger_seconds)
+    out.add(specs["exhaustion"], ids, device.exhaustion_eta_seconds)
+    out.add(specs["slowdown"], ids, forecast.slowdown)

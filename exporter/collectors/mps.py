@@ -1,0 +1,67 @@
+"""MPS series (gpushare_mps_*): servers, client counts and per-client limits.
+
+A device "runs MPS" when it has a server, on the whole GPU (gi "") or on one MIG
+instance (gi = its id). Client counts are exported for every such device, 0 included,
+so a server with no clients is visible.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable
+
+from prometheus_client.metrics_core import Metric
+
+from exporter.collectors.base import Families, SnapshotCollector, Spec, gi_label, gpu_labels
+from exporter.collectors.process import PROCESS, process_labels
+from exporter.snapshot import Snapshot
+
+DEVICE = ("gpu", "uuid", "gi")
+
+SERVER_INFO = Spec(
+    "gpushare_mps_server_info",
+    "info",
+    "An nvidia-cuda-mps-server process serving this GPU or MIG instance; always 1.",
+    DEVICE + ("pid",),
+)
+CLIENTS = Spec("gpushare_mps_clients", "gauge", "MPS client processes on this GPU or MIG instance.", DEVICE)
+CLIENT_MEMORY_LIMIT = Spec(
+    "gpushare_mps_client_memory_limit_bytes",
+    "gauge",
+    "Pinned device memory limit of an MPS client (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT).",
+    PROCESS,
+    "bytes",
+)
+CLIENT_ACTIVE_THREADS = Spec(
+    "gpushare_mps_client_active_thread_ratio",
+    "gauge",
+    "Share of SMs an MPS client may use (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / 100).",
+    PROCESS,
+    "ratio",
+)
+
+
+class MpsCollector(SnapshotCollector):
+    """Exports the MPS families listed in docs/metrics.md."""
+
+    name = "mps"
+    section = "mps"
+
+    def families(self, snapshot: Snapshot) -> Iterable[Metric]:
+        out = Families()
+        for gpu in snapshot.gpus:
+            if not gpu.up:
+                continue
+            ids = gpu_labels(gpu.index, gpu.uuid)
+            clients = [p for p in gpu.processes if p.is_mps_client]
+            per_device = Counter(gi_label(p.gi) for p in clients)
+            for server in sorted(gpu.mps_servers, key=lambda s: (gi_label(s.gi), s.pid)):
+                out.add(SERVER_INFO, ids + (gi_label(server.gi), str(server.pid)), 1)
+                per_device.setdefault(gi_label(server.gi), 0)
+            for gi in sorted(per_device):
+                out.add(CLIENTS, ids + (gi,), per_device[gi])
+            for proc in sorted(clients, key=lambda p: (gi_label(p.gi), p.pid)):
+                labels = process_labels(gpu, proc)
+                out.add(CLIENT_MEMORY_LIMIT, labels, proc.mps_memory_limit_bytes)
+                out.add(CLIENT_ACTIVE_THREADS, labels, proc.mps_active_thread_ratio)
+        return out

@@ -1,0 +1,72 @@
+"""Per process series (gpushare_process_*).
+
+Labels stay bounded: the executable basename goes in ``process``, never the command
+line or environment (those are free text and would explode the series count).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from prometheus_client.metrics_core import Metric
+
+from exporter.collectors.base import Families, SnapshotCollector, Spec, gi_label, gpu_labels
+from exporter.snapshot import GpuInfo, ProcessInfo, Snapshot
+
+PROCESS = ("gpu", "uuid", "gi", "pid", "process", "sharing")
+
+MEMORY_USED = Spec(
+    "gpushare_process_memory_used_bytes",
+    "gauge",
+    "Device memory used by the process's context on this GPU or MIG instance.",
+    PROCESS,
+    "bytes",
+)
+SM_UTILIZATION = Spec(
+    "gpushare_process_sm_utilization_ratio",
+    "gauge",
+    "Fraction of the last sample period in which the process ran kernels (absent under MIG).",
+    PROCESS,
+    "ratio",
+)
+
+
+def process_sharing(gpu: GpuInfo, proc: ProcessInfo) -> str:
+    """How this process shares its device: mps / mig+mps for MPS, mig inside MIG, else the GPU's mode.
+
+    The MPS server itself counts as MPS: it exists only to multiplex the clients.
+    """
+    in_mig = proc.gi is not None
+    if proc.is_mps_client or proc.is_mps_server:
+        return "mig+mps" if in_mig else "mps"
+    if in_mig:
+        return "mig"
+    return gpu.sharing
+
+
+def process_labels(gpu: GpuInfo, proc: ProcessInfo) -> tuple[str, ...]:
+    """Label values shared by every per-process series (process and MPS collectors)."""
+    return gpu_labels(gpu.index, gpu.uuid) + (
+        gi_label(proc.gi),
+        str(proc.pid),
+        proc.name,
+        process_sharing(gpu, proc),
+    )
+
+
+class ProcessCollector(SnapshotCollector):
+    """Exports the per-process families listed in docs/metrics.md."""
+
+    name = "process"
+    section = "process"
+
+    def families(self, snapshot: Snapshot) -> Iterable[Metric]:
+        out = Families()
+        for gpu in snapshot.gpus:
+            if not gpu.up:
+                continue
+            for proc in sorted(gpu.processes, key=lambda p: (p.gi is not None, p.gi or 0, p.pid)):
+                labels = process_labels(gpu, proc)
+                out.add(MEMORY_USED, labels, proc.used_memory_bytes)
+                out.add(SM_UTILIZATION, labels, proc.sm_utilization_ratio)
+        return out

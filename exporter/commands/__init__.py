@@ -1,0 +1,98 @@
+"""Subcommands of the ``exporter`` CLI, and what they share: setting flags, backend choice.
+
+Each command module provides ``HELP`` (one line), ``add_arguments(parser)`` and
+``run(args) -> int``; :mod:`exporter.cli` lists the modules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+from typing import Any, Iterable
+
+from exporter.config import DEFAULT_PORT, Settings, flag_type, load_settings
+from exporter.errors import NoGpuError, UserError
+from exporter.poller import Backend
+
+# A scenario shipped in examples/: what to try on a machine without a GPU.
+EXAMPLE_SCENARIO = "examples/scenarios/wan22-h100-mps-together.yaml"
+
+_FLAG_HELP: dict[str, tuple[str, str]] = {
+    "listen": ("HOST:PORT", f"address to serve HTTP on; ':PORT' = every interface (default :{DEFAULT_PORT})"),
+    "interval": ("SECONDS", "time between polls of the GPUs (default 5)"),
+    "backend": ("{auto,nvml,dcgm}", "how to read the GPUs (default auto = nvml; dcgm is not implemented yet)"),
+    "simulate": ("FILE", "read simulated GPUs described by this scenario file instead of the driver"),
+    "speed": ("X", "simulated seconds per real second with --simulate (default 1)"),
+    "log_level": ("{debug,info,warning,error}", "log verbosity (default info)"),
+    "log_format": ("{text,json}", "log lines as plain text or JSON objects (default text)"),
+    "procfs": ("PATH", "where the host's /proc is mounted, for process names and MPS limits (default /proc)"),
+    "gpu_timeout": ("SECONDS", "give up on a GPU whose reads take longer than this; it reports up=0 (default 2)"),
+}
+
+
+def add_setting_flags(parser: argparse.ArgumentParser, keys: Iterable[str]) -> None:
+    """--config plus one flag per setting; unset flags stay absent so the config file can supply them."""
+    parser.add_argument(
+        "--config", metavar="FILE", help="YAML file with the same settings (keys: long flag names with _)"
+    )
+    for key in keys:
+        metavar, text = _FLAG_HELP[key]
+        parser.add_argument(
+            "--" + key.replace("_", "-"),
+            dest=key,
+            type=flag_type(key),
+            default=argparse.SUPPRESS,
+            metavar=metavar,
+            help=text,
+        )
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Merge defaults, --config and the flags given on the command line."""
+    overrides = {key: getattr(args, key) for key in _FLAG_HELP if hasattr(args, key)}
+    return load_settings(getattr(args, "config", None), overrides)
+
+
+def no_gpu_message(exc: NoGpuError, command: str) -> str:
+    """The backend's one line, plus the --simulate command to try when it does not already say so."""
+    text = " ".join(str(exc).split()) or "no NVIDIA GPU driver found on this host"
+    if "--simulate" not in text:
+        text += f"; to try the exporter without a GPU run: exporter {command} --simulate {EXAMPLE_SCENARIO}"
+    return text
+
+
+def _construct(cls: type, *args: Any, **optional: Any) -> Any:
+    """Call cls(*args, **optional), dropping the optional keywords its constructor does not take.
+
+    Used for the simulator only, whose constructor may or may not take gpu_timeout.
+    """
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return cls(*args, **optional)
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        optional = {k: v for k, v in optional.items() if k in params}
+    return cls(*args, **optional)
+
+
+def make_backend(settings: Settings, start_at: float | None = None) -> Backend:
+    """The backend the settings ask for, constructed but not opened."""
+    if settings.backend == "dcgm":
+        raise UserError("--backend dcgm: the DCGM backend is not implemented yet; use --backend nvml (or auto)")
+    if settings.simulate is not None:
+        if not os.path.isfile(settings.simulate):
+            raise UserError(f"--simulate {settings.simulate}: no such file")
+        from exporter.backend.sim import SimBackend
+
+        if start_at is not None and "start_at" not in inspect.signature(SimBackend).parameters:
+            raise UserError("--at: this build's simulator cannot start at a given time")
+        extra = {"start_at": start_at} if start_at is not None else {}
+        return _construct(
+            SimBackend, settings.simulate, speed=settings.speed, gpu_timeout=settings.gpu_timeout, **extra
+        )
+    if not os.path.isdir(settings.procfs):
+        raise UserError(f"procfs {settings.procfs}: not a directory")
+    from exporter.backend.nvml import NvmlBackend
+
+    return NvmlBackend(procfs_root=settings.procfs, gpu_timeout=settings.gpu_timeout)

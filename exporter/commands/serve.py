@@ -1,0 +1,68 @@
+"""exporter serve: poll the GPUs and serve /metrics until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+
+from exporter import commands
+from exporter.errors import NoGpuError, UserError
+from exporter.logging_setup import configure_logging
+from exporter.poller import Poller
+from exporter.server import start_server
+
+HELP = "poll the GPUs and serve Prometheus metrics over HTTP"
+SETTINGS = ("listen", "interval", "backend", "simulate", "speed", "log_level", "log_format", "procfs", "gpu_timeout")
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    commands.add_setting_flags(parser, SETTINGS)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = commands.settings_from_args(args)
+    configure_logging(settings.log_level, settings.log_format)
+    host, port = settings.listen_address
+    poller = Poller(commands.make_backend(settings), settings.interval)
+    try:
+        poller.start()
+    except NoGpuError as exc:
+        raise UserError(commands.no_gpu_message(exc, "serve")) from None
+    try:
+        asyncio.run(_serve(poller, host, port, settings.listen))
+    finally:
+        # Bounded wait: a poll stuck in the driver must not keep the process alive forever.
+        poller.stop(timeout=settings.gpu_timeout + 5.0)
+    log.info("stopped")
+    return 0
+
+
+async def _serve(poller: Poller, host: str, port: int, listen: str) -> None:
+    # Handlers go in before the "listening" line: whoever reacts to that line may signal at once.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread (embedded use): KeyboardInterrupt still ends main()
+    try:
+        try:
+            server = await start_server(poller, host, port)
+        except OSError as exc:
+            raise UserError(f"--listen {listen}: cannot listen: {exc.strerror or exc}") from None
+        log.info("listening on %s (backend %s, polling every %gs)", server.url, poller.backend_name, poller.interval)
+        try:
+            await stop.wait()
+            log.info("shutting down")
+        finally:
+            await server.close()
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)

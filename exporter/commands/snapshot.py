@@ -1,0 +1,70 @@
+"""exporter snapshot: poll the GPUs once and print the Snapshot as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from typing import Any, Mapping
+
+from exporter import commands
+from exporter.errors import NoGpuError, UserError
+from exporter.logging_setup import configure_logging
+
+HELP = "poll the GPUs once and print what was read, as JSON"
+SETTINGS = ("backend", "simulate", "speed", "log_level", "log_format", "procfs", "gpu_timeout")
+
+
+def _at_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds since the scenario start, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected seconds since the scenario start (>= 0), got {text!r}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    commands.add_setting_flags(parser, SETTINGS)
+    parser.add_argument(
+        "--at", type=_at_seconds, metavar="TIME", help="with --simulate: the scenario time to poll at, in seconds"
+    )
+
+
+def to_jsonable(value: Any) -> Any:
+    """dataclasses.asdict, except that any Mapping is followed and tuple keys become 'a/b' strings."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {_key(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    return value
+
+
+def _key(key: Any) -> str:
+    if isinstance(key, tuple):
+        return "/".join("" if part is None else str(part) for part in key)
+    return str(key)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = commands.settings_from_args(args)
+    configure_logging(settings.log_level, settings.log_format)
+    if args.at is not None and settings.simulate is None:
+        raise UserError("--at: only meaningful together with --simulate FILE")
+    backend = commands.make_backend(settings, start_at=args.at)
+    try:
+        backend.open()
+    except NoGpuError as exc:
+        raise UserError(commands.no_gpu_message(exc, "snapshot")) from None
+    try:
+        snapshot = backend.poll()
+    finally:
+        backend.close()
+    json.dump(to_jsonable(snapshot), sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0

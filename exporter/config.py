@@ -1,0 +1,189 @@
+"""Settings for ``exporter serve``/``snapshot``: defaults, YAML config file, flags.
+
+Precedence: built-in defaults < config file < command-line flags. The config file
+uses the long flag names with ``_`` for ``-`` (``log_level: debug``). Every bad value,
+from a flag or from the file, becomes a one-line :class:`UserError` naming the file
+and key (or the flag) and the problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import math
+import os
+from dataclasses import dataclass, fields, replace
+from typing import Any, Callable, Mapping
+
+import yaml
+
+from exporter.errors import UserError
+
+# Outside 9100-9999 on purpose: that range of Prometheus's default-port-allocations
+# wiki is fully allocated (see docs/configuration.md for the reasoning).
+DEFAULT_PORT = 18474
+
+BACKENDS = ("auto", "nvml", "dcgm")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated settings; units are seconds (interval, gpu_timeout) and a factor (speed)."""
+
+    listen: str = f":{DEFAULT_PORT}"
+    interval: float = 5.0
+    backend: str = "auto"
+    simulate: str | None = None
+    speed: float = 1.0
+    log_level: str = "info"
+    log_format: str = "text"
+    procfs: str = "/proc"
+    gpu_timeout: float = 2.0
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        """(host, port); host "" means every interface."""
+        return parse_listen(self.listen)
+
+
+# -- value parsers: raise ValueError with a message that does not name the place -------
+
+
+def parse_listen(value: Any) -> tuple[str, int]:
+    """'HOST:PORT', ':PORT' (every interface) or '[IPv6]:PORT' to (host, port)."""
+    if not isinstance(value, str) or ":" not in value:
+        raise ValueError(f"expected HOST:PORT (e.g. :{DEFAULT_PORT} or 127.0.0.1:{DEFAULT_PORT}), got {value!r}")
+    host, _, port_text = value.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"write IPv6 addresses in brackets, e.g. [::1]:{DEFAULT_PORT}; got {value!r}")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"port must be a number from 0 to 65535, got {port_text!r}")
+    return host, int(port_text)
+
+
+def _listen(value: Any) -> str:
+    parse_listen(value)
+    return value
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool):  # YAML "yes" is a bool, and bool is an int subclass
+        raise ValueError(f"expected {what}, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected {what}, got {value!r}") from None
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(f"expected {what}, got {value!r}")
+    return number
+
+
+def _seconds(value: Any) -> float:
+    return _number(value, "a positive number of seconds")
+
+
+def _speed(value: Any) -> float:
+    return _number(value, "a positive speed factor (1 = real time)")
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        text = value.lower() if isinstance(value, str) else value
+        if text not in options:
+            raise ValueError(f"expected one of {', '.join(options)}, got {value!r}")
+        return text
+
+    return parse
+
+
+def _path(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"expected a path, got {value!r}")
+    return value
+
+
+PARSERS: dict[str, Callable[[Any], Any]] = {
+    "listen": _listen,
+    "interval": _seconds,
+    "backend": _choice(BACKENDS),
+    "simulate": _path,
+    "speed": _speed,
+    "log_level": _choice(LOG_LEVELS),
+    "log_format": _choice(LOG_FORMATS),
+    "procfs": _path,
+    "gpu_timeout": _seconds,
+}
+PATH_KEYS = ("simulate", "procfs")
+assert set(PARSERS) == {f.name for f in fields(Settings)}, "every setting needs a parser"
+
+
+def flag_type(key: str) -> Callable[[str], Any]:
+    """An argparse ``type=`` for setting ``key``; argparse prefixes the flag name to the message."""
+    parser = PARSERS[key]
+
+    def convert(text: str) -> Any:
+        try:
+            return parser(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = key  # argparse shows it in its fallback messages
+    return convert
+
+
+# -- config file ----------------------------------------------------------------------
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """Parse and validate a YAML config file into {setting: value}; paths made relative to the file."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = yaml.safe_load(handle)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read config file: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"{path}: not valid YAML{where}: {problem}") from None
+    if document is None:
+        return {}
+    if not isinstance(document, Mapping):
+        raise UserError(f"{path}: expected a mapping of settings at the top level, got {type(document).__name__}")
+    base = os.path.dirname(os.path.abspath(path))
+    values: dict[str, Any] = {}
+    for key, raw in document.items():
+        if key not in PARSERS:
+            raise UserError(f"{path}: {key}: {_unknown_key_hint(key)}")
+        try:
+            value = PARSERS[key](raw)
+        except ValueError as exc:
+            raise UserError(f"{path}: {key}: {exc}") from None
+        if key in PATH_KEYS and not os.path.isabs(value):
+            value = os.path.join(base, value)  # relative to the file, not to wherever exporter runs
+        values[key] = value
+    return values
+
+
+def _unknown_key_hint(key: object) -> str:
+    known = ", ".join(PARSERS)
+    if isinstance(key, str):
+        close = difflib.get_close_matches(key.replace("-", "_"), PARSERS, n=1)
+        if close:
+            return f"unknown setting (did you mean {close[0]}?)"
+    return f"unknown setting (known: {known})"
+
+
+def load_settings(config_path: str | None, overrides: Mapping[str, Any]) -> Settings:
+    """Defaults, then the config file (if any), then ``overrides`` (already-parsed flag values)."""
+    settings = Settings()
+    if config_path is not None:
+        settings = replace(settings, **read_config_file(config_path))
+    unknown = set(overrides) - set(PARSERS)
+    if unknown:
+        raise ValueError(f"not settings: {sorted(unknown)}")  # a programming error, not user input
+    return replace(settings, **dict(overrides))

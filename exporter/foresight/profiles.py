@@ -1,0 +1,233 @@
+"""Learned memory profiles of workloads, built from per-poll observations of their processes.
+
+A :class:`RunRecorder` follows one process (one "run") from first sight to exit and keeps
+its (age, used bytes) samples, compacted so memory stays bounded however long it runs.
+When the run ends, :func:`learn_run` folds it into the workload's :class:`WorkloadProfile`.
+
+The profile's ``timeline`` is an *upper envelope* of memory over the age of a run, stored as
+steps ``(age_start_seconds, bytes)``: the value of a step holds until the next step starts.
+Compaction only ever raises values (it merges neighbouring steps into their maximum), so
+the envelope never under-states what the run used at any age it covers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+Timeline = tuple[tuple[float, int], ...]  # ((age_seconds, bytes), ...) ascending ages, steps
+
+MAX_TIMELINE_STEPS = 32  # steps kept per profile (about 0.5 KiB of JSON)
+MAX_RUN_POINTS = 512  # raw samples kept per live run before compaction kicks in
+PEAK_BAND = 0.9  # "at its peak" means at or above 90 % of the peak
+PEAK_DECAY = 0.25  # a lower peak moves the learned peak down by this share of the gap
+
+
+@dataclass(frozen=True)
+class WorkloadProfile:
+    """What the exporter has learned about one workload key.
+
+    ``runs`` counts finished runs whose whole life was observed; a profile with ``runs == 0``
+    is provisional (learned from running or truncated runs only) and is not used for
+    forecasts, because its duration and what follows its last sample are unknown.
+    """
+
+    key: str
+    peak_bytes: int  # learned peak memory of one run, bytes
+    peak_offset_seconds: float  # age of a run when it first reaches its peak, seconds
+    duration_seconds: float | None  # length of the newest finished run, seconds; None if none finished
+    runs: int  # finished, fully observed runs learned
+    samples: int  # observations folded in, over all runs
+    timeline: Timeline  # upper envelope of memory by age (see module docstring)
+    updated_at: float  # Unix seconds of the last change
+
+    @property
+    def peak_at_fraction(self) -> float | None:
+        """Where in its life a run peaks, as a fraction 0..1 of its duration; None if unknown."""
+        if not self.duration_seconds:
+            return None
+        return min(1.0, self.peak_offset_seconds / self.duration_seconds)
+
+    @property
+    def usable(self) -> bool:
+        """True when the profile may drive forecasts (at least one finished run with a timeline)."""
+        return self.runs >= 1 and bool(self.timeline) and self.duration_seconds is not None
+
+    def scaled_timeline(self) -> Timeline:
+        """The timeline with its values scaled so its maximum equals ``peak_bytes``.
+
+        The timeline comes from the newest finished run; the learned peak can be higher
+        (an earlier or a running process went higher), and forecasts must use the higher one.
+        """
+        top = max((v for _, v in self.timeline), default=0)
+        if top <= 0 or top >= self.peak_bytes:
+            return self.timeline
+        factor = self.peak_bytes / top
+        return tuple((age, int(round(v * factor))) for age, v in self.timeline)
+
+    def peak_width_seconds(self) -> float:
+        """How long a run stays within PEAK_BAND of its peak, seconds (0 when unknown)."""
+        timeline = self.scaled_timeline()
+        if not timeline or self.duration_seconds is None:
+            return 0.0
+        ends = [age for age, _ in timeline[1:]] + [max(self.duration_seconds, timeline[-1][0])]
+        return sum(
+            end - age for (age, v), end in zip(timeline, ends) if v >= PEAK_BAND * self.peak_bytes
+        )
+
+
+def compact_envelope(points: list[tuple[float, int]] | Timeline, max_steps: int) -> Timeline:
+    """At most ``max_steps`` steps that are >= the input steps at every age.
+
+    Neighbouring steps are merged (into the earlier age and the larger value), cheapest
+    first, where the cost is the extra byte-seconds the merge adds: flat stretches merge for
+    free and short spikes keep their own step, so a peak does not get wider than it was.
+    """
+    steps = _dedupe(points)
+    if len(steps) <= max_steps:
+        return tuple(steps)
+    ages = [a for a, _ in steps]
+    values = [v for _, v in steps]
+    # Length of the last step is unknown; give it the median step length so its cost is fair.
+    gaps = sorted(b - a for a, b in zip(ages, ages[1:]))
+    tail = gaps[len(gaps) // 2] if gaps else 1.0
+    ends = ages[1:] + [ages[-1] + tail]
+    while len(ages) > max_steps:
+        best, best_cost = 0, None
+        for i in range(len(ages) - 1):
+            top = max(values[i], values[i + 1])
+            cost = (top - values[i]) * (ends[i] - ages[i]) + (top - values[i + 1]) * (ends[i + 1] - ages[i + 1])
+            if best_cost is None or cost < best_cost:
+                best, best_cost = i, cost
+        values[best] = max(values[best], values[best + 1])
+        ends[best] = ends[best + 1]
+        del ages[best + 1], values[best + 1], ends[best + 1]
+    return tuple(zip(ages, values))
+
+
+def _dedupe(points) -> list[tuple[float, int]]:
+    """Sorted steps with repeated values and repeated ages folded together (max wins)."""
+    steps: list[tuple[float, int]] = []
+    for age, value in sorted((float(a), int(v)) for a, v in points):
+        if steps and steps[-1][0] == age:
+            steps[-1] = (age, max(steps[-1][1], value))
+        elif steps and steps[-1][1] == value:
+            continue
+        else:
+            steps.append((age, value))
+    return steps
+
+
+class RunRecorder:
+    """Samples of one live process: ages in seconds since it started, memory in bytes."""
+
+    def __init__(self, key: str, start: float, seen_from_start: bool) -> None:
+        self.key = key
+        self.start = start  # Unix seconds the run started (or was first seen)
+        self.seen_from_start = seen_from_start  # False when it was already running when we began
+        self.points: list[tuple[float, int]] = []
+        self.peak_bytes = 0
+        self.peak_offset = 0.0
+        self.last_age = 0.0
+        self.samples = 0
+
+    def add(self, now: float, used_bytes: int) -> None:
+        """Record one observation taken at Unix time ``now``."""
+        age = max(0.0, now - self.start)
+        self.samples += 1
+        self.last_age = max(self.last_age, age)
+        if used_bytes > self.peak_bytes:
+            self.peak_bytes, self.peak_offset = used_bytes, age
+        self.points.append((age, used_bytes))
+        if len(self.points) > MAX_RUN_POINTS:
+            self.points = list(compact_envelope(self.points, MAX_RUN_POINTS // 2))
+
+    def first_age_at_or_above(self, threshold: float) -> float | None:
+        """Age (seconds) of the first sample using at least ``threshold`` bytes; None if none did."""
+        if self.peak_bytes < threshold:
+            return None
+        return next(age for age, value in self.points if value >= threshold)
+
+    def age(self, now: float) -> float:
+        """Seconds since the run started."""
+        return max(0.0, now - self.start)
+
+    def timeline(self) -> Timeline:
+        """The run's memory envelope, compacted to MAX_TIMELINE_STEPS.
+
+        A rise seen at one sample happened somewhere since the previous one; the step is
+        moved back to the midpoint of that gap, so a peak's learned start is not biased late
+        by the poll interval (falls stay at the sample that saw them, which is conservative).
+        """
+        points = self.points
+        shifted = points[:1]
+        for (prev_age, prev_value), (age, value) in zip(points, points[1:]):
+            shifted.append(((prev_age + age) / 2 if value > prev_value else age, value))
+        return compact_envelope(shifted, MAX_TIMELINE_STEPS)
+
+
+def learn_run(
+    old: WorkloadProfile | None, run: RunRecorder, now: float, truncated: bool, poll_interval: float = 0.0
+) -> WorkloadProfile:
+    """The profile after a run of its workload ended.
+
+    A complete run (watched from its start, not killed while the device was full) replaces
+    the timeline, duration and peak offset; its peak moves the learned peak up at once or
+    down by PEAK_DECAY of the gap. A truncated or partly watched run only raises the peak.
+    The run ended somewhere between its last sighting and the next poll, so its duration is
+    taken as the last sighted age plus half ``poll_interval`` (seconds).
+    """
+    complete = run.seen_from_start and not truncated and run.samples > 0
+    if not complete:
+        return learn_running(old, run, now)
+    peak = run.peak_bytes
+    if old is not None and old.runs > 0 and old.peak_bytes > peak:
+        peak = int(round(old.peak_bytes - PEAK_DECAY * (old.peak_bytes - peak)))
+    timeline = run.timeline()
+    top = max(value for _, value in timeline)
+    return WorkloadProfile(
+        key=run.key,
+        peak_bytes=peak,
+        peak_offset_seconds=next(age for age, value in timeline if value == top),
+        duration_seconds=run.last_age + poll_interval / 2,
+        runs=(old.runs if old else 0) + 1,
+        samples=(old.samples if old else 0) + run.samples,
+        timeline=timeline,
+        updated_at=now,
+    )
+
+
+def learn_running(old: WorkloadProfile | None, run: RunRecorder, now: float) -> WorkloadProfile:
+    """The profile after looking at a run still in progress (or cut short): raise the peak only.
+
+    Without a profile yet, this creates a provisional one (runs 0) from what the run did so far.
+    """
+    if old is None:
+        return WorkloadProfile(
+            key=run.key,
+            peak_bytes=run.peak_bytes,
+            peak_offset_seconds=run.peak_offset,
+            duration_seconds=None,
+            runs=0,
+            samples=run.samples,
+            timeline=run.timeline(),
+            updated_at=now,
+        )
+    if old.runs == 0 and run.seen_from_start and run.last_age > _timeline_end(old):
+        # A provisional profile follows the longest-watched run, so its timeline grows.
+        higher = run.peak_bytes >= old.peak_bytes
+        return replace(
+            old,
+            peak_bytes=max(old.peak_bytes, run.peak_bytes),
+            peak_offset_seconds=run.peak_offset if higher else old.peak_offset_seconds,
+            timeline=run.timeline(),
+            samples=max(old.samples, run.samples),
+            updated_at=now,
+        )
+    if run.peak_bytes <= old.peak_bytes:
+        return old
+    return replace(old, peak_bytes=run.peak_bytes, updated_at=now)
+
+
+def _timeline_end(profile: WorkloadProfile) -> float:
+    """Age of the last timeline step, seconds (0 for an empty timeline)."""
+    return profile.timeline[-1][0] if profile.timeline else 0.0

@@ -1,0 +1,224 @@
+"""Polls the backend on a fixed schedule and publishes one rendered exposition per poll.
+
+A worker thread calls ``backend.poll()`` every ``interval`` seconds. Deadlines are
+computed from the start time, not from the end of the previous poll, so the schedule
+does not drift; a poll that overruns skips the deadlines it missed instead of
+queueing them. After each poll the metrics are rendered once and the new
+:class:`~exporter.render.Exposition` replaces the old one in a single attribute
+assignment, which is atomic for readers on other threads (the aiohttp loop).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from exporter import __version__
+from exporter.backend.base import Backend  # name, open(), poll() -> Snapshot, close()
+from exporter.collectors import Collector, PollStats
+from exporter.render import Exposition, build_registry, render
+from exporter.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
+
+# /health turns 503 when the latest successful poll is this many intervals old.
+STALE_AFTER_INTERVALS = 3
+
+
+@dataclass(frozen=True)
+class Health:
+    """Answer for /health: ok, and a one-line reason either way."""
+
+    ok: bool
+    reason: str
+
+
+def next_deadline(previous: float, now: float, interval: float) -> float:
+    """The first deadline on the grid previous + k*interval (k >= 1) that lies after ``now``.
+
+    A poll that overran several intervals resumes on the grid rather than firing the
+    missed polls back to back.
+    """
+    deadline = previous + interval
+    if deadline > now:
+        return deadline
+    missed = math.floor((now - deadline) / interval) + 1
+    return deadline + missed * interval
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` on a single line, for logs and /health."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+class Poller:
+    """Owns the backend, the poll schedule and the current exposition."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        interval: float,
+        *,
+        version: str = __version__,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        extra_collectors: Sequence[Collector] = (),
+        observers: Sequence[Callable[[Snapshot], None]] = (),
+    ) -> None:
+        """``observers`` see each good snapshot before it is rendered (e.g. to update forecasts
+        that ``extra_collectors`` export); an observer that raises is logged and skipped."""
+        if not interval > 0:
+            raise ValueError(f"interval must be positive, got {interval!r}")
+        self.backend = backend
+        self.interval = float(interval)
+        self._monotonic = monotonic
+        self._wall_clock = wall_clock
+        self._stats = PollStats(backend=str(getattr(backend, "name", "unknown")), version=version)
+        self._snapshot: Snapshot | None = None
+        self._exposition: Exposition | None = None
+        # The collectors read whatever the poller currently holds; only the poll path renders.
+        self._registry = build_registry(lambda: self._snapshot, lambda: self._stats, extra_collectors)
+        self._observers = tuple(observers)
+        self._poll_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._opened = False
+
+    # -- state readers (any thread) -------------------------------------------------
+
+    @property
+    def exposition(self) -> Exposition | None:
+        """The latest rendered exposition; None until the first poll has finished."""
+        return self._exposition
+
+    @property
+    def stats(self) -> PollStats:
+        """Counters of the polls so far."""
+        return self._stats
+
+    @property
+    def version(self) -> str:
+        """Exporter version, as in gpushare_exporter_build_info."""
+        return self._stats.version
+
+    @property
+    def backend_name(self) -> str:
+        """The backend's ``name`` (nvml, dcgm)."""
+        return self._stats.backend
+
+    def health(self) -> Health:
+        """Healthy while the latest successful poll is younger than STALE_AFTER_INTERVALS intervals."""
+        stats = self._stats
+        limit = STALE_AFTER_INTERVALS * self.interval
+        error = f"; last error: {stats.last_error}" if stats.last_error else ""
+        if stats.last_success_monotonic is None:
+            return Health(False, f"no successful poll yet (polling every {self.interval:g}s){error}")
+        age = max(0.0, self._monotonic() - stats.last_success_monotonic)
+        if age >= limit:
+            return Health(False, f"last successful poll was {age:.1f}s ago (limit {limit:g}s){error}")
+        return Health(True, f"ok: last successful poll {age:.1f}s ago")
+
+    # -- polling --------------------------------------------------------------------
+
+    def poll_once(self) -> bool:
+        """Poll the backend once, render, publish. True when the poll succeeded.
+
+        A failing poll is logged and counted; the previous snapshot stays the one
+        rendered, so the scrape keeps its GPU series and only the self-metrics move.
+        """
+        with self._poll_lock:
+            start = self._monotonic()
+            try:
+                snapshot = self.backend.poll()
+                error = None if snapshot is not None else "backend returned no snapshot"
+            except Exception as exc:  # noqa: BLE001 - any backend failure is a failed poll
+                snapshot, error = None, one_line(exc)
+                log.debug("poll failure traceback", exc_info=exc)
+            end = self._monotonic()
+            self._log_outcome(error)
+            if snapshot is not None:
+                self._notify(snapshot)
+                self._snapshot = snapshot
+                self._stats = dataclasses.replace(
+                    self._stats,
+                    polls_ok=self._stats.polls_ok + 1,
+                    last_duration_seconds=end - start,
+                    last_success_timestamp=self._wall_clock(),
+                    last_success_monotonic=end,
+                    last_error=None,
+                )
+            else:
+                self._stats = dataclasses.replace(
+                    self._stats,
+                    polls_error=self._stats.polls_error + 1,
+                    last_duration_seconds=end - start,
+                    last_error=error,
+                )
+            self._publish()
+            return error is None
+
+    def _log_outcome(self, error: str | None) -> None:
+        # A failure that repeats every poll is logged once at warning, then at debug.
+        previous = self._stats.last_error
+        if error is not None:
+            level = logging.DEBUG if error == previous else logging.WARNING
+            log.log(level, "poll failed: %s", error)
+        elif previous is not None:
+            log.info("polling recovered after: %s", previous)
+
+    def _notify(self, snapshot: Snapshot) -> None:
+        for observer in self._observers:
+            try:
+                observer(snapshot)
+            except Exception as exc:  # noqa: BLE001 - an observer must not stop the metrics
+                log.warning("snapshot observer %r failed: %s", observer, one_line(exc))
+
+    def _publish(self) -> None:
+        try:
+            exposition = render(self._registry, self._snapshot, self._monotonic())
+        except Exception:  # noqa: BLE001 - keep serving the previous bytes
+            log.exception("rendering metrics failed; serving the previous exposition")
+            return
+        self._exposition = exposition  # the atomic swap readers rely on
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open the backend (errors propagate, e.g. NoGpuError) and start the worker thread."""
+        if self._thread is not None:
+            raise RuntimeError("poller already started")
+        self.backend.open()
+        self._opened = True
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="gpushare-poller", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop the worker (after the poll in flight, if any) and close the backend."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():
+                log.warning("poller thread still busy in a poll; not waiting for it")
+                return  # closing the backend under a running poll could crash the driver library
+        if self._opened:
+            self._opened = False
+            try:
+                self.backend.close()
+            except Exception as exc:  # noqa: BLE001 - shutting down anyway
+                log.warning("closing the backend failed: %s", one_line(exc))
+
+    def _run(self) -> None:
+        deadline = self._monotonic()
+        while not self._stop.is_set():
+            self.poll_once()
+            now = self._monotonic()
+            deadline = next_deadline(deadline, now, self.interval)
+            self._stop.wait(max(0.0, deadline - now))

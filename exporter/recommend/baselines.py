@@ -1,0 +1,116 @@
+"""Baselines reported beside the optimum: one configuration for every GPU, and greedy first-fit.
+
+- Homogeneous: the configurations OCI ships for H100 (seed 004): ``all-<profile>`` for each
+  profile, packed as densely as the placement rules allow, plus ``all-balanced`` (two of the
+  smallest 1g, one 2g, one 3g). Every GPU of the model gets the same one, as a node pool
+  does; the best is the one needing the fewest GPUs.
+- Greedy first-fit: workloads in the order given (as they would arrive at a dynamic MIG
+  scheduler), each into the smallest profile that fits it (seed 003's rule), on the first
+  GPU with a free start for it, else on a new GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from exporter import catalog
+from exporter.recommend.demand import Workload
+from exporter.recommend.patterns import ModelPatterns, _alone_capacity
+
+
+@dataclass(frozen=True)
+class Baseline:
+    name: str  # "all-1g.20gb", "all-balanced", "greedy first-fit"
+    gpus: int | None  # None when some workload fits none of its instances
+    reason: str = ""  # why infeasible, or what it leaves unused
+
+
+def homogeneous_configs(mp: ModelPatterns) -> list[tuple[str, dict[str, int]]]:
+    """(name, {profile: count}) for every OCI-style single configuration of the model."""
+    configs = [(f"all-{p.name}", {p.name: _alone_capacity(mp.model.key, p.name)})
+               for p in mp.profiles]
+    by_slices: dict[int, str] = {}
+    for p in mp.profiles:  # smallest-memory profile of each compute size
+        by_slices.setdefault(p.slice_count, p.name)
+    if all(k in by_slices for k in (1, 2, 3)):
+        balanced = {by_slices[1]: 2, by_slices[2]: 1, by_slices[3]: 1}
+        placed = []
+        for name, count in balanced.items():
+            for _ in range(count):
+                start = catalog.first_free_start(mp.model, placed, name)
+                if start is None:
+                    break
+                placed.append((name, start))
+        if len(placed) == 4:
+            configs.append(("all-balanced", balanced))
+    return configs
+
+
+def gpus_for_config(mp: ModelPatterns, config: dict[str, int], workloads: list[Workload]) -> int | None:
+    """Fewest GPUs, all configured as ``config``, that hold ``workloads`` (None: impossible).
+
+    A workload fits every instance with at least its memory, so the sets are nested and
+    Hall's condition reduces to one check per memory level: the workloads that need at
+    least that level must not outnumber the instances that offer it.
+    """
+    if not workloads:
+        return 0
+    sizes = {p.name: p.memory_mib for p in mp.profiles}
+    levels = sorted({sizes[name] for name in config})
+    need_level = []
+    for w in workloads:
+        level = next((m for m in levels if m >= w.memory_need_mib), None)
+        if level is None:
+            return None
+        need_level.append(level)
+    gpus = 0
+    for level in levels:
+        demand = sum(1 for n in need_level if n >= level)
+        supply = sum(count for name, count in config.items() if sizes[name] >= level)
+        if demand:
+            gpus = max(gpus, math.ceil(demand / supply))
+    return gpus
+
+
+def best_homogeneous(mp: ModelPatterns, workloads: list[Workload]) -> tuple[Baseline, list[Baseline]]:
+    """The single configuration needing the fewest GPUs, and every one tried."""
+    tried = []
+    for name, config in homogeneous_configs(mp):
+        gpus = gpus_for_config(mp, config, workloads)
+        reason = "" if gpus is not None else "a workload is larger than its biggest instance"
+        tried.append(Baseline(name, gpus, reason))
+    feasible = [b for b in tried if b.gpus is not None]
+    if not feasible:
+        return Baseline("homogeneous", None, "no single configuration holds every workload"), tried
+    return min(feasible, key=lambda b: b.gpus), tried
+
+
+def greedy_first_fit(mp: ModelPatterns, workloads: list[Workload]) -> tuple[Baseline, list[list]]:
+    """First-fit in input order; returns the baseline and the layouts it builds."""
+    gpus: list[list[tuple[str, int]]] = []
+    # A GPU that cannot take a profile now never can (layouts only grow), so each profile
+    # keeps the index of the first GPU that still might: first-fit in linear time.
+    first_open: dict[str, int] = {}
+    for w in workloads:
+        profile = next((p for p in mp.profiles if p.memory_mib >= w.memory_need_mib), None)
+        if profile is None:
+            return Baseline("greedy first-fit", None, f"{w.name} fits no profile"), gpus
+        i = first_open.get(profile.name, 0)
+        while i < len(gpus):
+            start = _first_free_start(mp.model.key, tuple(sorted(gpus[i])), profile.name)
+            if start is not None:
+                gpus[i].append((profile.name, start))
+                break
+            i += 1
+        else:
+            gpus.append([(profile.name, catalog.first_free_start(mp.model, [], profile.name))])
+        first_open[profile.name] = i
+    return Baseline("greedy first-fit", len(gpus)), gpus
+
+
+@lru_cache(maxsize=65536)
+def _first_free_start(key: str, taken: tuple, profile: str) -> int | None:
+    """catalog.first_free_start, memoised: a fleet repeats the same partial layouts."""
+    return catalog.first_free_start(catalog.MODELS[key], taken, profile)

@@ -1,0 +1,244 @@
+"""MPS advice: per-client limits, start offsets that keep clients from killing each other.
+
+MPS gives no memory isolation (nvml_facts §3.3): when the clients' allocations together
+exceed the device, one of them fails, and a fatal fault in one client takes down every
+client on the device. So, per device shared by several clients:
+
+- CUDA_MPS_PINNED_DEVICE_MEM_LIMIT = the client's peak plus margin, so a runaway client
+  fails alone instead of starving the others;
+- CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = its compute need (SM-equivalents / device SMs) with
+  ``COMPUTE_HEADROOM``, or a fair share 100/n when the need is unknown (as the
+  k8s-device-plugin does);
+- when the peaks together exceed the device and every client has a learned memory
+  timeline, the smallest start offsets that keep the summed memory under the capacity at
+  every instant (seed talk: three Wan 5B jobs of ~22 GB each spiking to ~33 GB in their last
+  30 s crash together and run fine staggered); otherwise the largest number of clients that
+  may safely run at once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from exporter.catalog import MIB
+from exporter.recommend.demand import Timeline, Workload
+
+MAX_MPS_CLIENTS = 48  # client contexts per device since Volta (nvml_facts §3.3)
+COMPUTE_HEADROOM = 1.25  # thread percentage = need x 1.25: the need is an average, bursts go above
+GRID_POINTS = 2000  # time resolution of the stagger search over the whole horizon
+NICE_STEPS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600)
+# A stagger longer than this share of the shortest job is queueing, not sharing.
+MAX_STAGGER_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class ClientAdvice:
+    workload: str
+    need_bytes: int  # peak + margin
+    pinned_limit: str  # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT value, e.g. "0=20480M"
+    active_thread_percentage: int  # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
+    start_offset_seconds: float | None  # None when starts need no stagger or none exists
+    duration_seconds: float | None
+
+
+@dataclass(frozen=True)
+class MpsAdvice:
+    device: str  # "node-a gpu0", "node-a gpu0 gi3 (3g.40gb)", "MPS GPU 1"
+    model: str
+    capacity_bytes: int
+    sms: int
+    clients: tuple[ClientAdvice, ...]
+    verdict: str  # fits | stagger | limit-concurrency | too-big
+    sum_of_peaks_bytes: int
+    max_concurrency: int  # any this many clients may run at once without exceeding capacity
+    staggered_peak_bytes: int | None  # max of the summed memory with the offsets applied
+    curve: tuple[tuple[float, int], ...]  # summed memory over time with offsets, for pictures
+    reasons: tuple[str, ...]
+
+
+def grid_step(horizon_seconds: float) -> float:
+    """A round time step giving at most GRID_POINTS points over the horizon (seconds)."""
+    for step in NICE_STEPS:
+        if horizon_seconds / step <= GRID_POINTS:
+            return float(step)
+    return math.ceil(horizon_seconds / GRID_POINTS)
+
+
+def discretize(timeline: Timeline, step: float) -> np.ndarray:
+    """Per time bucket [k*step, (k+1)*step), the maximum of the piecewise-linear timeline.
+
+    Exact for piecewise-linear data (the maximum on an interval is at an end or a
+    breakpoint), so a stagger that passes on the grid also holds between grid points. The
+    workload ends at its last point: the bucket starting there is not included.
+    """
+    end = timeline[-1][0]
+    n = max(1, math.ceil(end / step - 1e-9))
+    out = np.zeros(n)
+    if len(timeline) == 1:
+        out[:] = timeline[0][1]
+        return out
+    for (t0, v0), (t1, v1) in zip(timeline, timeline[1:]):
+        if t1 <= t0:  # a step: both values belong to the bucket holding t0
+            k = min(int(t0 // step), n - 1)
+            out[k] = max(out[k], v0, v1)
+            continue
+        first, last = int(t0 // step), min(math.ceil(t1 / step - 1e-9) - 1, n - 1)
+        ks = np.arange(first, last + 1)
+        a = np.maximum(ks * step, t0)
+        b = np.minimum((ks + 1) * step, t1)
+        va = v0 + (v1 - v0) * (a - t0) / (t1 - t0)
+        vb = v0 + (v1 - v0) * (b - t0) / (t1 - t0)
+        out[first:last + 1] = np.maximum(out[first:last + 1], np.maximum(va, vb))
+    return out
+
+
+def find_stagger(timelines: list[Timeline], capacity: int, max_offset: float | None = None
+                 ) -> tuple[tuple[float, ...], float] | None:
+    """Smallest start offsets (seconds, input order) keeping summed memory <= capacity.
+
+    Two searches, each over three orders (as given, largest peak first, longest first):
+    a uniform stagger (client i of the order starts at i x d, the smallest d on the grid
+    that fits: what the seed talk did by hand) and an earliest fit (each client in turn at
+    the earliest grid time where it fits beside those already placed). The result whose
+    last start is earliest wins. Returns (offsets, step), or None when nothing fits within
+    ``max_offset``.
+    """
+    horizon = sum(t[-1][0] for t in timelines)
+    step = grid_step(max(horizon, 1e-9))
+    shapes = [discretize(t, step) for t in timelines]
+    if any(s.max() > capacity for s in shapes):
+        return None
+    n = len(shapes)
+    orders = {tuple(range(n)),
+              tuple(sorted(range(n), key=lambda i: -shapes[i].max())),
+              tuple(sorted(range(n), key=lambda i: -len(shapes[i])))}
+    best = None
+    for order in sorted(orders):
+        for search in (_uniform, _earliest_fit):
+            offsets = search(shapes, order, capacity, step, max_offset)
+            if offsets is not None and (best is None or (max(offsets), sum(offsets)) < (max(best), sum(best))):
+                best = offsets
+    return (tuple(best), step) if best is not None else None
+
+
+def _uniform(shapes, order, capacity, step, max_offset):
+    n = len(shapes)
+    horizon = sum(len(s) for s in shapes)
+    longest = max(len(s) for s in shapes)  # at this spacing nothing overlaps any more
+    limit = longest if max_offset is None or n < 2 else min(longest, int(max_offset / step / (n - 1) + 1e-9))
+    for d in range(limit + 1):
+        total = np.zeros(horizon + longest * n)
+        for position, i in enumerate(order):
+            k = position * d
+            total[k:k + len(shapes[i])] += shapes[i]
+        if total.max() <= capacity:
+            offsets = [0.0] * n
+            for position, i in enumerate(order):
+                offsets[i] = position * d * step
+            return offsets
+    return None
+
+
+def _earliest_fit(shapes, order, capacity, step, max_offset):
+    total = np.zeros(sum(len(s) for s in shapes) + 1)
+    offsets = [0.0] * len(shapes)
+    limit = None if max_offset is None else int(max_offset / step + 1e-9)
+    for i in order:
+        shape = shapes[i]
+        windows = np.lib.stride_tricks.sliding_window_view(total, len(shape))
+        ok = np.flatnonzero((windows + shape).max(axis=1) <= capacity)
+        if not len(ok) or (limit is not None and ok[0] > limit):
+            return None
+        k = int(ok[0])
+        total[k:k + len(shape)] += shape
+        offsets[i] = k * step
+    return offsets
+
+
+def safe_concurrency(needs: list[int], capacity: int) -> int:
+    """Largest k such that ANY k of the clients fit together at their peaks."""
+    total, k = 0, 0
+    for need in sorted(needs, reverse=True):
+        if total + need > capacity:
+            break
+        total += need
+        k += 1
+    return k
+
+
+def thread_percentage(w: Workload, device_sms: int, clients: int, model) -> int:
+    """CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for ``w``: need + headroom, or a fair share."""
+    if not w.compute_known or device_sms <= 0:
+        return max(1, 100 // clients)
+    share = w.sms_on(model) * COMPUTE_HEADROOM / device_sms
+    return int(min(100, max(1, math.ceil(share * 100 - 1e-9))))
+
+
+def pinned_limit(need_bytes: int) -> str:
+    """CUDA_MPS_PINNED_DEVICE_MEM_LIMIT for the client's device 0 in whole MiB."""
+    return f"0={-(-need_bytes // MIB)}M"
+
+
+def advise(device: str, model, capacity: int, sms: int, workloads: list[Workload],
+           max_stagger_share: float = MAX_STAGGER_SHARE) -> MpsAdvice:
+    """MPS settings and start offsets for ``workloads`` sharing one device."""
+    needs = [w.memory_need_bytes for w in workloads]
+    total = sum(needs)
+    reasons: list[str] = []
+    offsets: tuple[float, ...] | None = None
+    step = 1.0
+    timelines = [w.need_timeline() for w in workloads]
+    if max(needs, default=0) > capacity:
+        verdict = "too-big"
+        reasons.append("a client's peak alone exceeds the device: it needs a larger slice")
+    elif total <= capacity:
+        verdict = "fits"
+        reasons.append("the peaks together fit: all clients may start at once")
+    elif all(timelines):
+        shortest = min(t[-1][0] for t in timelines)
+        found = find_stagger(timelines, capacity, max_stagger_share * shortest)
+        if found is not None:
+            offsets, step = found
+            verdict = "stagger"
+            reasons.append("peaks together exceed the device; these start offsets keep the sum "
+                           "below it at every instant")
+        else:
+            verdict = "limit-concurrency"
+            reasons.append(f"no stagger within {max_stagger_share:.0%} of the shortest job fits")
+    else:
+        verdict = "limit-concurrency"
+        reasons.append("peaks together exceed the device and not every client has a timeline")
+    if len(workloads) > MAX_MPS_CLIENTS:
+        reasons.append(f"more than {MAX_MPS_CLIENTS} clients: MPS refuses the rest")
+    clients = tuple(
+        ClientAdvice(
+            workload=w.name, need_bytes=need, pinned_limit=pinned_limit(need),
+            active_thread_percentage=thread_percentage(w, sms, len(workloads), model),
+            start_offset_seconds=None if offsets is None else offsets[i],
+            duration_seconds=w.duration_seconds,
+        )
+        for i, (w, need) in enumerate(zip(workloads, needs))
+    )
+    known = [w.sms_on(model) for w in workloads if w.compute_known]
+    if known and sum(known) > sms:
+        reasons.append(f"compute needs add up to {sum(known)} SMs of {sms}: clients will slow each other")
+    curve, peak = _curve(timelines, offsets, step) if all(timelines) else ((), None)
+    return MpsAdvice(device, model.key, capacity, sms, clients, verdict, total,
+                     safe_concurrency(needs, capacity), peak, curve, tuple(reasons))
+
+
+def _curve(timelines, offsets, step, points: int = 200):
+    """Summed memory with offsets applied, down-sampled to at most ``points`` (t, bytes)."""
+    offsets = offsets or [0.0] * len(timelines)
+    shapes = [discretize(t, step) for t in timelines]
+    length = max(int(round(o / step)) + len(s) for o, s in zip(offsets, shapes))
+    total = np.zeros(length)
+    for o, s in zip(offsets, shapes):
+        k = int(round(o / step))
+        total[k:k + len(s)] += s
+    stride = max(1, math.ceil(length / points))
+    sampled = [(float(i * step), int(total[i:i + stride].max())) for i in range(0, length, stride)]
+    return tuple(sampled), int(total.max())

@@ -1,0 +1,104 @@
+"""Turns collected metric families into the bytes /metrics serves.
+
+The poller renders once per poll into an immutable :class:`Exposition`; the HTTP
+server only hands out its bytes. The Prometheus text format (0.0.4) is rendered
+eagerly because nearly every scrape wants it; OpenMetrics and the gzip variants are
+rendered on first request and then memoised for the life of the exposition.
+"""
+
+from __future__ import annotations
+
+import gzip
+import threading
+from typing import Callable, Iterable, Sequence
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics import exposition as openmetrics
+
+from exporter.collectors import GuardedCollectors, PollStats, default_collectors
+from exporter.collectors.base import SnapshotSource
+from exporter.collectors.guard import Collector
+from exporter.snapshot import Snapshot
+
+TEXT_CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+OPENMETRICS_CONTENT_TYPE = openmetrics.CONTENT_TYPE_LATEST
+
+
+class _FrozenFamilies:
+    """Registry stand-in that replays already collected families (collect() is all the encoders call)."""
+
+    def __init__(self, families: tuple[Metric, ...]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return iter(self._families)
+
+
+class Exposition:
+    """One poll's worth of /metrics, immutable once built.
+
+    ``created_monotonic`` is when it was rendered; ``snapshot`` is the poll it was
+    rendered from (None when no poll has succeeded yet), for the landing page.
+    """
+
+    def __init__(self, families: Iterable[Metric], snapshot: Snapshot | None, created_monotonic: float) -> None:
+        self._families = tuple(families)
+        self.snapshot = snapshot
+        self.created_monotonic = created_monotonic
+        self.text: bytes = generate_latest(_FrozenFamilies(self._families))
+        self._lock = threading.Lock()
+        self._memo: dict[tuple[bool, bool], bytes] = {(False, False): self.text}
+
+    def body(self, *, openmetrics_format: bool, gzipped: bool) -> bytes:
+        """The exposition in the asked format; each variant is computed at most once."""
+        key = (openmetrics_format, gzipped)
+        cached = self._memo.get(key)
+        if cached is not None:
+            return cached
+        with self._lock:  # double-checked: two concurrent first requests render once
+            cached = self._memo.get(key)
+            if cached is None:
+                plain = self._plain(openmetrics_format)
+                # mtime=0 keeps the gzip bytes a pure function of the text.
+                cached = gzip.compress(plain, compresslevel=6, mtime=0) if gzipped else plain
+                self._memo[key] = cached
+            return cached
+
+    def _plain(self, openmetrics_format: bool) -> bytes:
+        # Called with the lock held; the uncompressed variant may already be memoised.
+        cached = self._memo.get((openmetrics_format, False))
+        if cached is None:
+            cached = openmetrics.generate_latest(_FrozenFamilies(self._families))
+            self._memo[(openmetrics_format, False)] = cached
+        return cached
+
+    @staticmethod
+    def content_type(openmetrics_format: bool) -> str:
+        """Content-Type header value for the asked format."""
+        return OPENMETRICS_CONTENT_TYPE if openmetrics_format else TEXT_CONTENT_TYPE
+
+    def rendered_variants(self) -> frozenset[tuple[bool, bool]]:
+        """(openmetrics, gzip) variants rendered so far; lets tests see the laziness."""
+        return frozenset(self._memo)
+
+
+def build_registry(
+    snapshot: SnapshotSource, stats: Callable[[], PollStats], extra: Sequence[Collector] = ()
+) -> CollectorRegistry:
+    """A private registry holding every collector behind the failure guard.
+
+    ``extra`` collectors (e.g. forecasts) go after the snapshot collectors and before the
+    exporter's own; each needs ``name``, ``collect()`` and ``section_ok()``.
+    """
+    collectors = default_collectors(snapshot, stats)
+    collectors[-1:-1] = list(extra)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GuardedCollectors(collectors))
+    return registry
+
+
+def render(registry: CollectorRegistry, snapshot: Snapshot | None, created_monotonic: float) -> Exposition:
+    """Collect the registry once and freeze the result."""
+    return Exposition(registry.collect(), snapshot, created_monotonic)

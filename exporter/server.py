@@ -1,0 +1,199 @@
+"""HTTP front end (aiohttp): serves the poller's cached exposition, health and a landing page.
+
+No request ever triggers a driver call: /metrics hands out bytes rendered by the
+poller thread. Routes: GET/HEAD on ``/``, ``/metrics`` and ``/health``; other paths
+404, other methods 405 with an Allow header; an unexpected error is a one-line 500,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+from typing import Awaitable, Callable, Protocol
+
+from aiohttp import web
+
+from exporter.poller import Health
+from exporter.render import Exposition
+
+log = logging.getLogger(__name__)
+
+ALLOWED_METHODS = ("GET", "HEAD")
+
+
+class PollerView(Protocol):
+    """The parts of :class:`exporter.poller.Poller` the server reads."""
+
+    interval: float
+    version: str
+    backend_name: str
+
+    @property
+    def exposition(self) -> Exposition | None: ...
+
+    def health(self) -> Health: ...
+
+
+def _q_value(params: list[str]) -> float:
+    """The q parameter of one Accept(-Encoding) element; a malformed q counts as 0."""
+    for param in params:
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "q":
+            try:
+                return float(value.strip())
+            except ValueError:
+                return 0.0
+    return 1.0
+
+
+def _accepts(header: str, token: str) -> bool:
+    """True when the comma-separated header lists ``token`` with a non-zero q."""
+    for element in header.split(","):
+        name, *params = element.split(";")
+        if name.strip().lower() == token and _q_value(params) > 0:
+            return True
+    return False
+
+
+def wants_openmetrics(accept: str) -> bool:
+    """Prometheus lists application/openmetrics-text in Accept when it can parse it."""
+    return _accepts(accept, "application/openmetrics-text")
+
+
+def wants_gzip(accept_encoding: str) -> bool:
+    """Gzip only when the client names it; a bare '*' is not taken as consent."""
+    return _accepts(accept_encoding, "gzip")
+
+
+def _text(status: int, message: str, **headers: str) -> web.Response:
+    return web.Response(status=status, text=message.rstrip("\n") + "\n", headers=headers)
+
+
+class _Handlers:
+    def __init__(self, poller: PollerView) -> None:
+        self.poller = poller
+        self.routes: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] = {
+            "/": self.landing,
+            "/metrics": self.metrics,
+            "/health": self.health,
+        }
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        handler = self.routes.get(request.path)
+        if handler is None:
+            return _text(404, f"not found: {request.path} (try /metrics, /health or /)")
+        if request.method not in ALLOWED_METHODS:
+            return _text(
+                405, f"method {request.method} not allowed on {request.path}", Allow=", ".join(ALLOWED_METHODS)
+            )
+        return await handler(request)
+
+    async def metrics(self, request: web.Request) -> web.StreamResponse:
+        exposition = self.poller.exposition
+        if exposition is None:
+            # Even a failed first poll publishes the self-metrics, so this is only the first poll in flight.
+            interval = self.poller.interval
+            return _text(
+                503,
+                f"no metrics yet: the first poll has not finished (polling every {interval:g}s)",
+                **{"Retry-After": str(max(1, round(interval)))},
+            )
+        openmetrics_format = wants_openmetrics(request.headers.get("Accept", ""))
+        gzipped = wants_gzip(request.headers.get("Accept-Encoding", ""))
+        body = exposition.body(openmetrics_format=openmetrics_format, gzipped=gzipped)
+        headers = {
+            "Content-Type": exposition.content_type(openmetrics_format),
+            "Vary": "Accept, Accept-Encoding",
+            "Cache-Control": "no-store",
+        }
+        if gzipped:
+            headers["Content-Encoding"] = "gzip"
+        return web.Response(body=body, headers=headers)
+
+    async def health(self, request: web.Request) -> web.StreamResponse:
+        health = self.poller.health()
+        return _text(200 if health.ok else 503, health.reason)
+
+    async def landing(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(text=landing_page(self.poller), content_type="text/html", charset="utf-8")
+
+
+def landing_page(poller: PollerView) -> str:
+    """Small HTML page: version, backend, the GPUs of the latest poll, links."""
+    esc = html.escape
+    exposition = poller.exposition
+    snapshot = exposition.snapshot if exposition is not None else None
+    if snapshot is None:
+        gpus = "<p>No successful poll yet.</p>"
+    else:
+        rows = "".join(
+            f"<tr><td>{gpu.index}</td><td>{esc(gpu.name)}</td><td>{esc(gpu.sharing)}</td>"
+            f"<td>{'up' if gpu.up else esc('down: ' + (gpu.error or 'unknown'))}</td>"
+            f"<td><code>{esc(gpu.uuid)}</code></td></tr>"
+            for gpu in snapshot.gpus
+        )
+        gpus = (
+            f"<p>Driver {esc(snapshot.driver_version)}, {len(snapshot.gpus)} GPU(s).</p>"
+            "<table><tr><th>GPU</th><th>Name</th><th>Sharing</th><th>State</th><th>UUID</th></tr>"
+            f"{rows}</table>"
+        )
+    return (
+        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>gpushare-exporter</title></head><body>"
+        f"<h1>gpushare-exporter</h1><p>Version {esc(poller.version)}, backend {esc(poller.backend_name)}, "
+        f"polling every {poller.interval:g}s.</p>{gpus}"
+        "<ul><li><a href=\"/metrics\">/metrics</a>: Prometheus metrics</li>"
+        "<li><a href=\"/health\">/health</a>: 200 while polls succeed</li></ul>"
+        "<p>Documentation: docs/metrics.md (every metric) and docs/configuration.md (flags, config file) "
+        "in the gpushare-exporter source tree.</p>"
+        "</body></html>\n"
+    )
+
+
+@web.middleware
+async def _no_tracebacks(request: web.Request, handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except Exception:  # noqa: BLE001 - the client gets one line, the log gets the details
+        log.exception("error serving %s %s", request.method, request.path)
+        return _text(500, "internal error; see the exporter log")
+
+
+class Server:
+    """A running HTTP server: ``url`` to reach it, ``await close()`` to stop it."""
+
+    def __init__(self, runner: web.AppRunner, url: str) -> None:
+        self._runner = runner
+        self.url = url
+
+    async def close(self) -> None:
+        """Stop listening and finish in-flight requests."""
+        await self._runner.cleanup()
+
+
+def _url_for(address: object, requested_host: str | None) -> str:
+    host, port = address[0], address[1]  # type: ignore[index]
+    if requested_host in (None, "", "0.0.0.0", "::"):
+        host = "127.0.0.1" if requested_host != "::" else "::1"  # wildcard binds: show a reachable loopback
+    if ":" in str(host):
+        host = f"[{host}]"
+    return f"http://{host}:{port}/"
+
+
+async def start_server(poller: PollerView, host: str | None, port: int) -> Server:
+    """Listen on host:port (host "" or None: every interface; port 0: any free port)."""
+    handlers = _Handlers(poller)
+    app = web.Application(middlewares=[_no_tracebacks])
+    app.router.add_route("*", "/{tail:.*}", handlers.dispatch)
+    # Scrapes every few seconds would flood the log; errors are still logged above.
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host or None, port)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return Server(runner, _url_for(runner.addresses[0], host))

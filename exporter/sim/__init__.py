@@ -1,0 +1,134 @@
+"""GPU simulator: a scenario played over virtual time, seen through a fake libnvidia-ml.
+
+Usage::
+
+    sim = Simulation(load_scenario("examples/scenarios/wan.yaml"))
+    sim.install()            # pynvml now talks to the simulation
+    pynvml.nvmlInit()
+    sim.advance_to(30.0)     # virtual seconds; OOM kills etc. happen on the way
+    ...
+    sim.close()              # uninstalls and removes the fake /proc
+
+The engine (exporter.sim.engine) decides what happens; exporter.sim.telemetry derives the
+readings; exporter.sim.fakelib answers NVML's C API; exporter.sim.procfs mirrors the live
+processes into a fake /proc directory (``procfs_root``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pynvml
+
+from exporter.errors import UserError
+from exporter.sim.engine import Engine
+from exporter.sim.fakelib import FakeNvmlLib, call_matches, error_code
+from exporter.sim.model import Scenario
+from exporter.sim.procfs import FakeProcfs, ProcEntry
+from exporter.sim.state import OomEvent
+from exporter.snapshot import SimulationInfo
+
+__all__ = ["Simulation", "OomEvent", "FakeNvmlLib", "call_matches"]
+
+
+class Simulation:
+    """One running scenario. Thread-safe: NVML calls and ``advance_to`` share a lock."""
+
+    def __init__(self, scenario: Scenario, procfs_dir: str | None = None):
+        self.scenario = scenario
+        self.engine = Engine(scenario)
+        where = scenario.source or scenario.name
+        for fault in self.engine.faults:
+            try:
+                error_code(fault.error)
+            except ValueError as exc:
+                raise UserError(f"{where}: events[fault at {fault.start:g}s].error: {exc}") from None
+        self._lock = threading.RLock()
+        self.call_counts: Counter = Counter()  # C symbol -> calls, for NVML-calls-per-poll
+        # Per-process utilization samples are stamped wall_base_us + virtual time (µs), so
+        # an exporter passing "now - 1 s" (nvitop's habit) or 0 still sees them.
+        self.wall_base_us = int(time.time() * 1_000_000)
+        self._procfs = FakeProcfs(procfs_dir)
+        self.procfs_root: str = self._procfs.root
+        self._saved_lib = None
+        self._installed: FakeNvmlLib | None = None
+        self._sync_procfs()
+
+    # --- time --------------------------------------------------------------------------
+
+    @property
+    def time(self) -> float:
+        """Current virtual time in seconds."""
+        return self.engine.now
+
+    def advance_to(self, t: float) -> None:
+        """Move to virtual time t (ValueError if t < time), applying kills and events."""
+        with self._lock:
+            self.engine.advance_to(t)
+            self._sync_procfs()
+
+    # --- outcomes ----------------------------------------------------------------------
+
+    @property
+    def oom_kills(self) -> dict[tuple[int, str], int]:
+        """(gpu index, GI id as str or "" without MIG) -> processes killed by OOM so far."""
+        return dict(self.engine.oom_kills)
+
+    @property
+    def oom_events(self) -> list[OomEvent]:
+        """Every OOM / pinned-limit kill so far, in order."""
+        return list(self.engine.oom_events)
+
+    @property
+    def mps_fault_events(self) -> list[OomEvent]:
+        """Clients killed by an MPS server restart (reason "mps_restart"); not OOM kills."""
+        return list(self.engine.mps_fault_events)
+
+    def info(self) -> SimulationInfo:
+        """The snapshot's simulation section."""
+        return SimulationInfo(time_seconds=self.time, oom_kills=self.oom_kills)
+
+    # --- pynvml ------------------------------------------------------------------------
+
+    def install(self, hidden_symbols=()) -> None:
+        """Make pynvml call this simulation; ``hidden_symbols`` mimic an older driver."""
+        with pynvml.libLoadLock:
+            if self._installed is None:
+                self._saved_lib = pynvml.nvmlLib
+            self._installed = FakeNvmlLib(self, hidden_symbols)
+            pynvml.nvmlLib = self._installed
+            pynvml._nvmlGetFunctionPointer_cache.clear()
+
+    def uninstall(self) -> None:
+        """Give pynvml back the library it had before ``install``."""
+        with pynvml.libLoadLock:
+            if self._installed is None:
+                return
+            if pynvml.nvmlLib is self._installed:
+                pynvml.nvmlLib = self._saved_lib
+            self._installed = self._saved_lib = None
+            pynvml._nvmlGetFunctionPointer_cache.clear()
+
+    def close(self) -> None:
+        """Uninstall and remove the fake /proc (only what this simulation created)."""
+        self.uninstall()
+        self._procfs.close()
+
+    def __enter__(self) -> Simulation:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- fake /proc --------------------------------------------------------------------
+
+    def _sync_procfs(self) -> None:
+        now = self.engine.now
+        hidden = [f for f in self.engine.faults if f.hides_procfs(now)]
+        self._procfs.sync([
+            ProcEntry(p.pid, p.name, p.cmdline, dict(p.env))
+            for p in self.engine.alive(now)
+            if not any(f.gpu is None or f.gpu == p.gpu for f in hidden)
+        ])

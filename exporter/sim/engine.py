@@ -1,0 +1,205 @@
+"""Event-driven simulation of GPU memory over virtual time: OOM kills, MPS, MIG reconfigures.
+
+Pure Python, no ctypes: exporter.sim.fakelib turns this state into NVML answers.
+
+Memory model. Every process's memory is a piecewise-linear timeline (bytes); it is alive
+on [start, end) unless killed. A device is a whole GPU (capacity = total - reserved) or a
+MIG instance (capacity = its profile's memory). Between two breakpoints (any timeline point,
+start, end or event) every demand is linear, so the first instant the sum on a device
+exceeds its capacity is solved exactly. At that instant the process that "just grew" is
+killed: it jumped up at that instant (a start or a step), else the largest slope; ties go to
+the latest start, then the highest pid. The result does not depend on how ``advance_to`` is
+stepped: all state is a function of the scenario and the instants already passed.
+
+MPS. A device with ``mps`` (or with a process that says ``mps_client: true``) gets an
+``nvidia-cuda-mps-server`` process using 60 MiB from its first client's start until the
+device goes away: like the real server, it stays up once spawned. Its pid is
+100000 + 10000*generation + 100*gpu + slot (slot 0 = whole GPU, GI id + 1 for a MIG
+instance); scenarios must not use those pids. An ``mps_restart`` event starts a new
+generation (new pid) and kills every client that was already running (the fault is
+reported to all clients); those kills are listed in ``mps_fault_events``, not counted as
+OOM. A client whose CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (for ordinal 0 = its own device, or
+its device's UUID) is exceeded is killed at that instant ("mps_pinned_limit"); that is an
+allocation failure and counts as an OOM kill.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+
+from exporter.catalog import MIB, GpuModel, resolve_model
+from exporter.errors import UserError
+from exporter.sim.mig_layout import Epoch, LayoutBuilder, epoch_at
+from exporter.sim.model import Scenario
+from exporter.sim.piecewise import left_value, slope_after, timeline_value
+from exporter.sim.setup import build_processes, resolve_events
+from exporter.sim.state import INF, Device, DeviceKey, OomEvent, Proc
+from exporter.sim.telemetry import Telemetry
+
+class Engine:
+    """All simulated state; ``now`` only moves forward through ``advance_to``."""
+
+    def __init__(self, scenario: Scenario):
+        self.scenario = scenario
+        where = scenario.source or scenario.name
+        self.gpus = {g.index: g for g in scenario.gpus}
+        self.models: dict[int, GpuModel] = {}
+        for g in scenario.gpus:
+            try:
+                self.models[g.index] = resolve_model(g.model)
+            except KeyError as exc:
+                raise UserError(f"{where}: gpus[{g.index}].model: {exc.args[0]}") from None
+        builder = LayoutBuilder(where)
+        by_time = sorted(scenario.events, key=lambda e: e.at)
+        self.epochs: dict[int, list[Epoch]] = {
+            i: builder.epochs(g, self.models[i],
+                              [e for e in by_time if e.kind == "mig_reconfigure" and e.gpu == i])
+            for i, g in self.gpus.items()}
+        self.devices: dict[DeviceKey, Device] = {}
+        for i, epochs in self.epochs.items():
+            for ep in epochs:
+                for inst in ep.instances:
+                    self.devices[(i, inst.serial)] = Device(
+                        (i, inst.serial), inst, inst.profile.memory_mib * MIB, inst.uuid)
+            self.devices[(i, 0)] = Device((i, 0), None, self.models[i].memory_capacity_bytes,
+                                          self.gpus[i].uuid)
+        self.procs: list[Proc] = build_processes(self, where)
+        self.restarts, self.xids, self.faults = resolve_events(self, by_time, where)
+        self._breaks = sorted({t for t in self._all_instants() if t != INF and t != -INF})
+        self.now = 0.0
+        self._settled_at: float | None = None
+        self.energy_j: dict[int, float] = {i: 0.0 for i in self.gpus}
+        self.oom_events: list[OomEvent] = []
+        self.mps_fault_events: list[OomEvent] = []
+        self.oom_kills: Counter = Counter()
+        self.telemetry = Telemetry(self)
+        self.advance_to(0.0)
+
+    # --- queries -----------------------------------------------------------------------
+
+    def epoch(self, gpu: int, t: float | None = None) -> Epoch:
+        return epoch_at(self.epochs[gpu], self.now if t is None else t)
+
+    def alive(self, t: float | None = None, gpu: int | None = None,
+              device: DeviceKey | None = None) -> list[Proc]:
+        """Processes alive at t (default now), optionally on one GPU or device, by pid."""
+        t = self.now if t is None else t
+        return sorted((p for p in self.procs if p.alive(t)
+                       and (gpu is None or p.gpu == gpu) and (device is None or p.device == device)),
+                      key=lambda p: p.pid)
+
+    # --- time --------------------------------------------------------------------------
+
+    def advance_to(self, t: float) -> None:
+        """Move virtual time to t, applying every kill and energy increment on the way."""
+        if t < self.now:
+            raise ValueError(f"time cannot go back: at {self.now:g}s, asked for {t:g}s")
+        while True:
+            if self._settled_at != self.now:
+                self._settle(self.now)
+                self._settled_at = self.now
+            if self.now >= t:
+                return
+            i = bisect.bisect_right(self._breaks, self.now)
+            next_break = self._breaks[i] if i < len(self._breaks) else INF
+            horizon = min(next_break, t)
+            hit = self._next_crossing(self.now, next_break, t)
+            end = hit[0] if hit else horizon
+            for gpu in self.gpus:
+                self.energy_j[gpu] += self.telemetry.energy_between(gpu, self.now, end)
+            self.now = end
+            if hit:
+                self._kill_at_crossing(hit)
+                self._settled_at = None  # look again: another device may be full too
+
+    def _settle(self, now: float) -> None:
+        """Apply everything that happens exactly at ``now``: restarts, limits, full devices."""
+        for at, key in self.restarts:
+            if at == now:
+                for p in self.alive(now, device=key):
+                    if p.mps_client and p.start < now:
+                        self._kill(p, now, "mps_restart", int(p.memory_at(now)), 0)
+        for p in self.alive(now):
+            if p.pinned_limit is not None and p.memory_at(now) > p.pinned_limit:
+                self._kill(p, now, "mps_pinned_limit", int(p.memory_at(now)), p.pinned_limit)
+        for key in sorted({p.device for p in self.alive(now)}):
+            capacity = self.devices[key].capacity
+            while True:
+                procs = self.alive(now, device=key)
+                total = sum(p.memory_at(now) for p in procs)
+                killable = [p for p in procs if not p.mps_server]
+                if total <= capacity or not killable:
+                    break
+                self._kill(max(killable, key=lambda p: self._growth(p, now)), now, "oom",
+                           int(total), capacity)
+
+    def _next_crossing(self, now: float, next_break: float, target: float):
+        """Earliest (time, order, key, kind, subject) in [now, min(next_break, target)]
+        where a device or a pinned client goes over its limit; None if there is none.
+        A crossing exactly at next_break is left to that instant (state changes there)."""
+        best = None
+        for p in self.alive(now):
+            if p.pinned_limit is None:
+                continue
+            slope = slope_after(p.memory, now)
+            if slope > 0:
+                tc = max(now, now + (p.pinned_limit - p.memory_at(now)) / slope)
+                best = _earlier(best, (tc, 0, p.pid, "pinned", p), next_break, target)
+        for key in sorted({p.device for p in self.alive(now)}):
+            procs = self.alive(now, device=key)
+            slope = sum(slope_after(p.memory, now) for p in procs)
+            if slope > 0:
+                total = sum(p.memory_at(now) for p in procs)
+                tc = max(now, now + (self.devices[key].capacity - total) / slope)
+                best = _earlier(best, (tc, 1, key, "oom", key), next_break, target)
+        return best
+
+    def _kill_at_crossing(self, hit) -> None:
+        tc, _, _, kind, subject = hit
+        if kind == "pinned":
+            self._kill(subject, tc, "mps_pinned_limit", subject.pinned_limit, subject.pinned_limit)
+            return
+        procs = self.alive(tc, device=subject)
+        killable = [p for p in procs if not p.mps_server]
+        if killable:
+            capacity = self.devices[subject].capacity
+            total = max(capacity, int(sum(p.memory_at(tc) for p in procs)))
+            self._kill(max(killable, key=lambda p: self._growth(p, tc)), tc, "oom", total, capacity)
+
+    @staticmethod
+    def _growth(p: Proc, t: float) -> tuple:
+        """Who 'just grew' at t: a start or a step up first, then slope, start, pid."""
+        jumped = p.start == t or timeline_value(p.memory, t) > left_value(p.memory, t)
+        return (jumped, slope_after(p.memory, t), p.start, p.pid)
+
+    def _kill(self, p: Proc, t: float, reason: str, demand: int, capacity: int) -> None:
+        p.killed_at = t
+        event = OomEvent(t, p.gpu, p.gi, p.pid, p.name, demand, capacity, reason)
+        if reason == "mps_restart":
+            self.mps_fault_events.append(event)
+            return
+        self.oom_events.append(event)
+        self.oom_kills[(p.gpu, "" if p.gi is None else str(p.gi))] += 1
+
+    def _all_instants(self):
+        for p in self.procs:
+            yield p.start
+            yield p.end
+            yield from (t for t, _ in p.memory)
+            for timeline in p.activity.values():
+                yield from (t for t, _ in timeline)
+        for e in self.scenario.events:
+            yield e.at
+            if e.fault is not None and e.fault.until is not None:
+                yield e.fault.until
+        for g in self.scenario.gpus:
+            for timeline in (g.power_watts, g.utilization):
+                yield from (t for t, _ in timeline or ())
+
+
+def _earlier(best, candidate, next_break: float, target: float):
+    tc = candidate[0]
+    if tc >= next_break or tc > target:
+        return best
+    return candidate if best is None or candidate[:3] < best[:3] else best

@@ -1,0 +1,52 @@
+"""Exact arithmetic on piecewise-linear timelines (exporter.sim.model.Timeline).
+
+The engine needs more than ``timeline_value``: the value approached from the left (to see a
+step up), the slope just after an instant (to know who is growing), and exact integrals of
+clipped linear pieces (energy). Timelines are right-continuous: at a step the new value holds.
+"""
+
+from __future__ import annotations
+
+from exporter.sim.model import Timeline, timeline_value
+
+__all__ = ["timeline_value", "left_value", "slope_after", "integrate_clipped", "breakpoints"]
+
+
+def left_value(timeline: Timeline, t: float) -> float:
+    """Value approached from the left at t (differs from timeline_value only at a step)."""
+    for (t0, v0), (t1, v1) in zip(timeline, timeline[1:]):
+        if t0 < t <= t1:  # implies t1 > t0: steps (t0 == t1) are skipped
+            return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    return timeline[0][1] if t <= timeline[0][0] else timeline[-1][1]
+
+
+def slope_after(timeline: Timeline, t: float) -> float:
+    """Slope (units per second) on the open interval just after t; 0 outside the points."""
+    for (t0, v0), (t1, v1) in zip(timeline, timeline[1:]):
+        if t0 <= t < t1:
+            return (v1 - v0) / (t1 - t0)
+    return 0.0
+
+
+def breakpoints(timeline: Timeline) -> list[float]:
+    """Instants where the value or the slope may change."""
+    return [t for t, _ in timeline]
+
+
+def integrate_clipped(v0: float, slope: float, duration: float, cap: float = 1.0) -> float:
+    """Exact integral over [0, duration] of min(cap, v0 + slope*x).
+
+    Used for activity sums clipped at 1 and power clipped at its limit: both are linear
+    between breakpoints, so the integral has a closed form with at most one kink.
+    """
+    if duration <= 0:
+        return 0.0
+    v1 = v0 + slope * duration
+    if v0 <= cap and v1 <= cap:
+        return (v0 + v1) / 2 * duration
+    if v0 >= cap and v1 >= cap:
+        return cap * duration
+    x = (cap - v0) / slope  # crossing point inside (0, duration)
+    if v0 < cap:  # rising through the cap
+        return (v0 + cap) / 2 * x + cap * (duration - x)
+    return cap * x + (cap + v1) / 2 * (duration - x)

@@ -1,0 +1,80 @@
+"""A fake /proc directory holding the simulated processes, for the exporter's pid lookups.
+
+Layout per live pid, as on Linux: ``<pid>/cmdline`` (argv joined by NUL, trailing NUL),
+``<pid>/environ`` (KEY=VALUE entries joined by NUL, trailing NUL), ``<pid>/comm``
+(name truncated to 15 bytes + newline) and ``<pid>/status`` (``Name:`` and ``Pid:`` lines).
+Only directories this class created are ever removed.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import tempfile
+import weakref
+from dataclasses import dataclass
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class ProcEntry:
+    """What /proc shows for one pid."""
+
+    pid: int
+    name: str
+    cmdline: str
+    environ: Mapping[str, str]
+
+
+def _argv(cmdline: str) -> list[str]:
+    try:
+        return shlex.split(cmdline)
+    except ValueError:  # unbalanced quotes: keep the words as written
+        return cmdline.split()
+
+
+class FakeProcfs:
+    """Keeps ``root`` in step with the set of live processes given to ``sync``."""
+
+    def __init__(self, root: str | None = None):
+        self.root = tempfile.mkdtemp(prefix="gpushare-sim-proc-") if root is None else root
+        os.makedirs(self.root, exist_ok=True)
+        self._written: dict[int, ProcEntry] = {}
+        # A temporary root goes away with this object even if close() is never called.
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self.root, True) if root is None else None
+
+    def sync(self, entries: list[ProcEntry]) -> None:
+        """Make ``root`` show exactly ``entries`` (creates new pids, removes gone ones)."""
+        wanted = {e.pid: e for e in entries}
+        for pid in [p for p in self._written if p not in wanted]:
+            shutil.rmtree(os.path.join(self.root, str(pid)), ignore_errors=True)
+            del self._written[pid]
+        for pid, entry in wanted.items():
+            if self._written.get(pid) != entry:
+                self._write(entry)
+                self._written[pid] = entry
+
+    def _write(self, e: ProcEntry) -> None:
+        directory = os.path.join(self.root, str(e.pid))
+        os.makedirs(directory, exist_ok=True)
+        argv = _argv(e.cmdline) or [e.name]
+        comm = e.name.encode()[:15].decode(errors="ignore")
+        files = {
+            "cmdline": b"".join(a.encode() + b"\0" for a in argv),
+            "environ": b"".join(f"{k}={v}".encode() + b"\0" for k, v in e.environ.items()),
+            "comm": (comm + "\n").encode(),
+            "status": f"Name:\t{comm}\nState:\tS (sleeping)\nPid:\t{e.pid}\n".encode(),
+        }
+        for name, data in files.items():
+            with open(os.path.join(directory, name), "wb") as fh:
+                fh.write(data)
+
+    def close(self) -> None:
+        """Remove the directory if this object created it."""
+        if self._cleanup is not None:
+            self._cleanup()
+        else:
+            for pid in list(self._written):
+                shutil.rmtree(os.path.join(self.root, str(pid)), ignore_errors=True)
+        self._written.clear()

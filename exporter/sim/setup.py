@@ -1,0 +1,142 @@
+"""Static resolution of a scenario: which device each process runs on, MPS servers, events.
+
+Everything here depends only on the scenario (not on kills), so it is computed once when
+the engine starts. Errors are UserErrors naming the scenario place.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from exporter.errors import UserError
+from exporter.sim.state import (
+    INF, MPS_SERVER_MEMORY, MPS_SERVER_NAME, PINNED_LIMIT_ENV, DeviceKey, FaultWindow, Proc,
+    XidEvent,
+)
+from exporter.units import parse_mps_pinned_limits
+
+if TYPE_CHECKING:
+    from exporter.sim.engine import Engine
+    from exporter.sim.model import EventSpec
+
+MPS_SERVER_PID_BASE = 100000
+
+
+def pinned_limit_for(value: str, device_uuid: str) -> int | None:
+    """Bytes CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ``value`` allows on the client's own device:
+    the entry for ordinal 0 (its first visible device) or for its device's UUID; None if
+    neither is named. ValueError on a malformed value."""
+    limits = parse_mps_pinned_limits(value)
+    return limits.get(device_uuid, limits.get("0"))
+
+
+def build_processes(engine: Engine, where: str) -> list[Proc]:
+    """Scenario processes bound to their devices, plus one MPS server per MPS device epoch."""
+    restarts = mps_restarts(engine, sorted(engine.scenario.events, key=lambda e: e.at), where)
+    procs: list[Proc] = []
+    clients: dict[tuple[DeviceKey, float], list[Proc]] = defaultdict(list)
+    for ps in engine.scenario.processes:
+        place = f"{where}: processes[pid={ps.pid}]"
+        if ps.gpu not in engine.gpus:
+            raise UserError(f"{place}.gpu: no GPU with index {ps.gpu}")
+        ep = engine.epoch(ps.gpu, ps.start)
+        if ep.mig_enabled:
+            if ps.mig is None or not 0 <= ps.mig < len(ep.instances):
+                raise UserError(f"{place}.mig: GPU {ps.gpu} is in MIG mode at {ps.start:g}s with "
+                                f"{len(ep.instances)} instance(s); give an index 0..{len(ep.instances) - 1}")
+            inst = ep.instances[ps.mig]
+            key, gi, device_mps = (ps.gpu, inst.serial), inst.gi, inst.mps
+        else:
+            if ps.mig is not None:
+                raise UserError(f"{place}.mig: GPU {ps.gpu} has MIG disabled at {ps.start:g}s")
+            key, gi, device_mps = (ps.gpu, 0), None, engine.gpus[ps.gpu].mps
+        client = device_mps if ps.mps_client is None else ps.mps_client
+        limit = None
+        if client and PINNED_LIMIT_ENV in ps.env:
+            try:
+                limit = pinned_limit_for(ps.env[PINNED_LIMIT_ENV], engine.devices[key].uuid)
+            except ValueError as exc:
+                raise UserError(f"{place}.env.{PINNED_LIMIT_ENV}: {exc}") from None
+        end = min(INF if ps.end is None else ps.end, ep.end)
+        proc = Proc(ps.pid, ps.name, ps.cmdline, dict(ps.env), key, gi, ps.start, end,
+                    ps.memory, dict(ps.activity), client, False, limit)
+        procs.append(proc)
+        if client:
+            clients[(key, ep.start)].append(proc)
+    procs.extend(_servers(engine, clients, restarts))
+    taken = {p.pid for p in procs if not p.mps_server}
+    for server in procs:
+        if server.mps_server and server.pid in taken:
+            raise UserError(f"{where}: processes[pid={server.pid}]: pid is reserved for the "
+                            f"simulated MPS server of GPU {server.gpu}; pick another pid")
+    return procs
+
+
+def _servers(engine: Engine, clients, restarts) -> list[Proc]:
+    generation: dict[tuple[int, int], int] = defaultdict(int)
+    servers = []
+    for (key, epoch_start), members in sorted(clients.items()):
+        gpu = key[0]
+        inst = engine.devices[key].instance
+        slot = 0 if inst is None else inst.gi + 1
+        start = min(p.start for p in members)
+        end = engine.epoch(gpu, start).end
+        cuts = sorted({at for at, k in restarts if k == key and start < at < end})
+        for lo, hi in zip([start, *cuts], [*cuts, end]):
+            gen = generation[(gpu, slot)]
+            generation[(gpu, slot)] += 1
+            pid = MPS_SERVER_PID_BASE + 10000 * gen + 100 * gpu + slot
+            servers.append(Proc(pid, MPS_SERVER_NAME, MPS_SERVER_NAME, {}, key,
+                                None if inst is None else inst.gi, lo, hi,
+                                ((lo, float(MPS_SERVER_MEMORY)),), {}, False, True, None))
+    return servers
+
+
+def mps_restarts(engine: Engine, events: list[EventSpec], where: str) -> list[tuple[float, DeviceKey]]:
+    """(time, device) of every mps_restart; gi None on a MIG GPU restarts all its instances."""
+    result = []
+    for e in events:
+        if e.kind != "mps_restart":
+            continue
+        gpu = _event_gpu(engine, e, where)
+        ep = engine.epoch(gpu, e.at)
+        if not ep.mig_enabled:
+            result.append((e.at, (gpu, 0)))
+        elif e.gi is None:
+            result.extend((e.at, (gpu, inst.serial)) for inst in ep.instances)
+        else:
+            result.append((e.at, (gpu, _instance(ep, e, where).serial)))
+    return result
+
+
+def resolve_events(engine: Engine, events: list[EventSpec], where: str):
+    """(restarts, xids, faults) from the scenario events, sorted by time."""
+    xids, faults = [], []
+    for e in events:
+        if e.kind == "xid":
+            gpu = _event_gpu(engine, e, where)
+            gi = None
+            if e.gi is not None:
+                gi = _instance(engine.epoch(gpu, e.at), e, where).gi
+            xids.append(XidEvent(e.at, gpu, 999 if e.xid is None else e.xid, gi))
+        elif e.kind == "gpu_lost":
+            faults.append(FaultWindow("*", _event_gpu(engine, e, where), "GpuIsLost", e.at, None))
+        elif e.kind == "fault" and e.fault is not None:
+            f = e.fault
+            gpu = f.gpu if f.gpu is not None else e.gpu
+            faults.append(FaultWindow(f.call, gpu, f.error, e.at, f.until, f.delay_seconds))
+    return mps_restarts(engine, events, where), xids, faults
+
+
+def _event_gpu(engine: Engine, e: EventSpec, where: str) -> int:
+    if e.gpu not in engine.gpus:
+        raise UserError(f"{where}: events[{e.kind} at {e.at:g}s].gpu: no GPU with index {e.gpu}")
+    return e.gpu
+
+
+def _instance(ep, e: EventSpec, where: str):
+    if not ep.mig_enabled or not 0 <= e.gi < len(ep.instances):
+        raise UserError(f"{where}: events[{e.kind} at {e.at:g}s].gi: GPU {e.gpu} has no MIG "
+                        f"instance at list index {e.gi} then")
+    return ep.instances[e.gi]

@@ -1,0 +1,169 @@
+"""Values NVML would report, derived from the simulated load. Scenario overrides win.
+
+Rules (each chosen to be simple and monotone in load, not to model silicon):
+
+- Activity of a device (GPU or MIG instance), per pipe: min(1, sum over its alive
+  processes). A process without ``graphics_active`` counts its ``sm_active`` there (the
+  graphics/compute engine is busy whenever a kernel runs); other missing pipes are 0.
+- GPU-level activity under MIG: sum over instances of instance activity x instance SM count,
+  divided by the full GPU's SM count (unpartitioned SMs count as idle).
+- Utilization (non-MIG only): ``utilization`` override, else min(1, 1.15 x sm_active),
+  because a GPU counts as busy whenever any kernel runs, even one that leaves SMs idle.
+  Memory utilization = dram_active.
+- Power (W): ``power_watts`` override clipped to the limit, else
+  idle + (limit - idle) x GPU-level sm_active. Energy is its exact integral (engine).
+- Temperature (C): override, else 30 + 45 x power / limit.
+- Clocks (MHz): graphics/SM at max while any process runs (90% of max when power is within
+  2% of the limit), 17.5% of max when idle; memory always max; video max busy, 30% idle.
+- Clock event reasons: GpuIdle when no process runs, SwPowerCap when power >= 98% of the
+  limit, plus the scenario's ``clock_event_reasons`` entry in force.
+- ECC counts: the scenario timelines (cumulative), default 0.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from exporter.sim.piecewise import integrate_clipped, slope_after, timeline_value
+from exporter.sim.state import Proc
+from exporter.snapshot import ACTIVITY_FIELDS
+
+if TYPE_CHECKING:
+    from exporter.sim.engine import Engine
+    from exporter.sim.state import DeviceKey
+
+UTILIZATION_GAIN = 1.15
+POWER_CAP_FRACTION = 0.98
+
+
+def _process_timeline(p: Proc, pipe: str):
+    timeline = p.activity.get(pipe)
+    if timeline is None and pipe == "graphics_active":
+        timeline = p.activity.get("sm_active")
+    return timeline
+
+
+def process_activity(p: Proc, pipe: str, t: float) -> float:
+    """Ratio 0..1 of ``pipe`` that process ``p`` uses at t (0 when not alive)."""
+    timeline = _process_timeline(p, pipe)
+    return timeline_value(timeline, t) if timeline and p.alive(t) else 0.0
+
+
+class Telemetry:
+    """Read-only views of an Engine; every method takes a virtual time t <= engine.now."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def device_activity(self, key: DeviceKey, t: float) -> dict[str, float]:
+        """Per-pipe activity ratios of one device (GPU or MIG instance) at t."""
+        procs = self.engine.alive(t, device=key)
+        return {pipe: min(1.0, sum(process_activity(p, pipe, t) for p in procs))
+                for pipe in ACTIVITY_FIELDS}
+
+    def gpu_activity(self, gpu: int, t: float) -> dict[str, float]:
+        """Per-pipe activity ratios of the whole GPU at t (SM-weighted under MIG)."""
+        ep = self.engine.epoch(gpu, t)
+        if not ep.mig_enabled:
+            return self.device_activity((gpu, 0), t)
+        total_sms = self.engine.models[gpu].sm_count
+        result = dict.fromkeys(ACTIVITY_FIELDS, 0.0)
+        for inst in ep.instances:
+            activity = self.device_activity((gpu, inst.serial), t)
+            for pipe in ACTIVITY_FIELDS:
+                result[pipe] += activity[pipe] * inst.profile.sm_count / total_sms
+        return result
+
+    def busy(self, gpu: int, t: float) -> bool:
+        """True while any process other than an MPS server runs on the GPU."""
+        return any(not p.mps_server for p in self.engine.alive(t, gpu=gpu))
+
+    def utilization(self, gpu: int, t: float) -> tuple[float, float]:
+        """(GPU utilization, memory utilization) as ratios 0..1 (callers check MIG mode)."""
+        activity = self.gpu_activity(gpu, t)
+        override = self.engine.gpus[gpu].utilization
+        if override is not None:
+            util = timeline_value(override, t)
+        else:
+            util = UTILIZATION_GAIN * activity["sm_active"]
+        return min(1.0, max(0.0, util)), activity["dram_active"]
+
+    def power_w(self, gpu: int, t: float) -> float:
+        """Board power draw in watts at t."""
+        model = self.engine.models[gpu]
+        override = self.engine.gpus[gpu].power_watts
+        if override is not None:
+            return min(model.power_limit_watts, timeline_value(override, t))
+        sm = self.gpu_activity(gpu, t)["sm_active"]
+        return model.idle_power_watts + (model.power_limit_watts - model.idle_power_watts) * sm
+
+    def energy_between(self, gpu: int, a: float, b: float) -> float:
+        """Exact energy in joules over [a, b], which must hold no breakpoint or kill inside."""
+        if b <= a:
+            return 0.0
+        model = self.engine.models[gpu]
+        limit, idle = model.power_limit_watts, model.idle_power_watts
+        override = self.engine.gpus[gpu].power_watts
+        if override is not None:
+            return integrate_clipped(timeline_value(override, a), slope_after(override, a),
+                                     b - a, cap=limit)
+        ep = self.engine.epoch(gpu, a)
+        devices = [((gpu, 0), model.sm_count)] if not ep.mig_enabled else [
+            ((gpu, inst.serial), inst.profile.sm_count) for inst in ep.instances]
+        busy_integral = 0.0
+        for key, sms in devices:
+            procs = self.engine.alive(a, device=key)
+            level = sum(process_activity(p, "sm_active", a) for p in procs)
+            slope = sum(slope_after(_process_timeline(p, "sm_active"), a)
+                        for p in procs if _process_timeline(p, "sm_active"))
+            busy_integral += integrate_clipped(level, slope, b - a) * sms / model.sm_count
+        return idle * (b - a) + (limit - idle) * busy_integral
+
+    def temperature_c(self, gpu: int, t: float) -> float:
+        """GPU core temperature in degrees Celsius at t."""
+        override = self.engine.gpus[gpu].temperature_celsius
+        if override is not None:
+            return timeline_value(override, t)
+        return 30.0 + 45.0 * self.power_w(gpu, t) / self.engine.models[gpu].power_limit_watts
+
+    def power_capped(self, gpu: int, t: float) -> bool:
+        return self.power_w(gpu, t) >= POWER_CAP_FRACTION * self.engine.models[gpu].power_limit_watts
+
+    def clocks_mhz(self, gpu: int, t: float) -> tuple[int, int, int, int]:
+        """(graphics, SM, memory, video) clocks in MHz at t."""
+        graphics, sm, memory, video = self.engine.models[gpu].max_clocks_mhz
+        if not self.busy(gpu, t):
+            return round(graphics * 0.175), round(sm * 0.175), memory, round(video * 0.3)
+        if self.power_capped(gpu, t):
+            return round(graphics * 0.9), round(sm * 0.9), memory, video
+        return graphics, sm, memory, video
+
+    def clock_reasons(self, gpu: int, t: float) -> set[str]:
+        """Active clock event reason names (pynvml nvmlClocksEventReason<Name>) at t."""
+        reasons = set()
+        if not self.busy(gpu, t):
+            reasons.add("GpuIdle")
+        if self.power_capped(gpu, t):
+            reasons.add("SwPowerCap")
+        in_force = [names for since, names in self.engine.gpus[gpu].clock_event_reasons if since <= t]
+        if in_force:  # scenario files spell them sw_power_cap; pynvml's suffix is SwPowerCap
+            reasons.update("".join(w[:1].upper() + w[1:] for w in n.split("_")) for n in in_force[-1])
+        return reasons
+
+    def ecc_errors(self, gpu: int, t: float, uncorrected: bool) -> int:
+        """Cumulative ECC error count at t."""
+        spec = self.engine.gpus[gpu]
+        timeline = spec.ecc_uncorrected if uncorrected else spec.ecc_corrected
+        return int(round(timeline_value(timeline, t))) if timeline else 0
+
+    def mean_activity(self, key: DeviceKey | None, gpu: int, t1: float, t2: float) -> dict[str, float]:
+        """Average activity over [t1, t2] of a device (key) or the GPU (key None), as GPM
+        reports between two samples: the mean of 32 midpoint evaluations."""
+        lo, hi = min(t1, t2), max(t1, t2)
+        read = (lambda t: self.gpu_activity(gpu, t)) if key is None else (
+            lambda t: self.device_activity(key, t))
+        if hi == lo:
+            return read(hi)
+        points = [lo + (hi - lo) * (k + 0.5) / 32 for k in range(32)]
+        samples = [read(t) for t in points]
+        return {pipe: sum(s[pipe] for s in samples) / len(samples) for pipe in ACTIVITY_FIELDS}
