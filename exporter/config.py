@@ -33,7 +33,7 @@ class Settings:
     """Validated settings; units are seconds (interval, gpu_timeout) and a factor (speed)."""
 
     listen: str = f":{DEFAULT_PORT}"
-    interval: float = 5.0
+    interval: float = 1.0
     backend: str = "auto"
     simulate: str | None = None
     speed: float = 1.0

@@ -135,6 +135,30 @@ def test_simulation_series():
     assert value("gpushare_simulation_oom_kills_total", {"gpu": "1", "gi": "2"}) == 0
 
 
+def test_oom_kill_counter_starts_at_zero_for_every_device():
+    """Each MIG instance and non-MIG GPU read this poll has an OOM counter at 0 before any kill."""
+    import dataclasses
+
+    snapshot = rich_snapshot()
+    quiet = dataclasses.replace(snapshot, simulation=dataclasses.replace(snapshot.simulation, oom_kills={}))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SimulationCollector(lambda: quiet))
+    expected = set()
+    for gpu in quiet.gpus:
+        if gpu.up and gpu.mig_mode:
+            expected |= {(str(gpu.index), str(m.gi)) for m in gpu.mig_instances}
+        elif gpu.up:
+            expected.add((str(gpu.index), ""))
+    samples = {
+        (s.labels["gpu"], s.labels["gi"]): s.value
+        for metric in registry.collect()
+        for s in metric.samples
+        if s.name == "gpushare_simulation_oom_kills_total"
+    }
+    assert expected and set(samples) == expected
+    assert set(samples.values()) == {0.0}
+
+
 def test_no_simulation_series_on_real_hardware():
     """Without SimulationInfo the simulation collector exports nothing."""
     snapshot = rich_snapshot(simulated=False)

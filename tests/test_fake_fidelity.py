@@ -231,10 +231,12 @@ def test_possible_placements_match_the_catalog(nvml):
     model = MODELS["H100-80GB"]
     for profile in model.mig_profiles:
         count = ctypes.c_uint()
-        pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle(1), profile.profile_id, None, ctypes.byref(count))
+        pid = profile.profile_id
+        pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle(1), pid, None, ctypes.byref(count))
         array = (pynvml.c_nvmlGpuInstancePlacement_t * count.value)()
-        pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle(1), profile.profile_id, array, ctypes.byref(count))
-        assert [(p.start, p.size) for p in array] == [(s, profile.memory_slices) for s in profile.starts]
+        pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle(1), pid, array, ctypes.byref(count))
+        expected = [(s, profile.memory_slices) for s in profile.starts]
+        assert [(p.start, p.size) for p in array] == expected
     assert model.profile("3g.40gb").starts == (0, 4)  # facts 2.1: 3g {0,4}:4
 
 
@@ -245,11 +247,13 @@ def test_gpu_instances_and_compute_instances_enumerate(nvml):
     array = (pynvml.c_nvmlGpuInstance_t * 7)()
     pynvml.nvmlDeviceGetGpuInstances(handle(1), 19, array, ctypes.byref(count))
     infos = [pynvml.nvmlGpuInstanceGetInfo(array[i]) for i in range(count.value)]
-    assert [(i.id, i.profileId, i.placement.start, i.placement.size) for i in infos] == [(7, 19, 0, 1), (8, 19, 1, 1)]
+    found = [(i.id, i.profileId, i.placement.start, i.placement.size) for i in infos]
+    assert found == [(7, 19, 0, 1), (8, 19, 1, 1)]
     assert pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(handle(1), 19) == 2  # 7 - 3 - 1 - 1 slices
     cis = (pynvml.c_nvmlComputeInstance_t * 1)()
     gi = pynvml.nvmlDeviceGetGpuInstanceById(handle(1), 1)
-    pynvml.nvmlGpuInstanceGetComputeInstances(gi, pynvml.NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE, cis, ctypes.byref(count))
+    ci_profile = pynvml.NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE
+    pynvml.nvmlGpuInstanceGetComputeInstances(gi, ci_profile, cis, ctypes.byref(count))
     assert count.value == 1 and pynvml.nvmlComputeInstanceGetInfo(cis[0]).id == 0
 
 
@@ -389,7 +393,8 @@ def test_energy_is_reported_in_millijoules_and_grows(nvml):
     power_mw = pynvml.nvmlDeviceGetPowerUsage(handle(0))
     start = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle(0))
     sim.advance_to(10)
-    assert pynvml.nvmlDeviceGetTotalEnergyConsumption(handle(0)) - start == pytest.approx(power_mw * 10, abs=2)
+    spent = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle(0)) - start
+    assert spent == pytest.approx(power_mw * 10, abs=2)
     with pytest.raises(pynvml.NVMLError_NotSupported):  # parent-only reading
         pynvml.nvmlDeviceGetPowerUsage(mig_handles(handle(1))[0])
 

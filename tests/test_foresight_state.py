@@ -87,10 +87,9 @@ def test_lost_gpu_does_not_end_runs():
 
 
 def test_profiles_persist_across_restarts(tmp_path):
-    """A new Foresight on the same state dir forecasts from what the previous one learned."""
+    """A finished run is saved at once: a new Foresight on the same state dir forecasts from it (no flush)."""
     first = Foresight(state_dir=tmp_path)
     t = learn_solo_run(first)
-    first.flush()
     second = Foresight(state_dir=tmp_path)
     assert second.profiles == first.profiles
     assert any(h < 0 for _, h in three_jobs(second, t, [0, 0, 0], horizon=60))

@@ -131,7 +131,8 @@ def test_kills_and_energy_do_not_depend_on_stepping(steps):
         stepped.advance_to(t)
     stepped.advance_to(240)
     assert kills(stepped.oom_events) == kills(jumped.oom_events)
-    assert [e.time for e in stepped.oom_events] == pytest.approx([e.time for e in jumped.oom_events], abs=1e-6)
+    times = [e.time for e in jumped.oom_events]
+    assert [e.time for e in stepped.oom_events] == pytest.approx(times, abs=1e-6)
     assert stepped.energy_j == pytest.approx(jumped.energy_j, rel=1e-9)
     assert len(jumped.oom_events) >= 3  # the scenario does exercise OOM and the pinned limit
 
@@ -148,7 +149,8 @@ def test_advancing_backwards_is_refused():
 
 def test_mps_pinned_limit_kills_only_that_client():
     """A client ramping 2->8 GiB over 60 s with a 4G limit dies at 20 s; the GPU is far from full."""
-    limited = proc(11, 0, ((0, 2 * GIB), (60, 8 * GIB)), env={"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4G,1=1G"})
+    limited = proc(11, 0, ((0, 2 * GIB), (60, 8 * GIB)),
+                   env={"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4G,1=1G"})
     by_uuid = proc(12, 0, ((0, 1 * GIB), (60, 4 * GIB)),
                    env={"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"{gpu().uuid}=3G"})
     free = proc(13, 0, ((0, 2 * GIB), (60, 8 * GIB)))

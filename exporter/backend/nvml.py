@@ -3,6 +3,17 @@
 The same code runs on a real GPU and in simulation (where pynvml.nvmlLib is a fake C
 library). All calls go through ``NvmlCaller.call`` (the choke point); per-GPU reading lives
 in nvml_device.py and its helpers, which receive the caller and never import pynvml.
+
+Error policy of the choke point:
+- NotSupported, NoPermission -> NA ("not available"): WARNING once per (call, GPU model),
+  metric omitted, not an error. The answer is cached per (call, device, MIG mode) so the call
+  is not repeated every poll (asked again every REPROBE_POLLS polls).
+- FunctionNotFound, NVMLLibraryMismatchError -> NA for every GPU (old driver), warned once.
+- GpuIsLost -> GpuLostError: the GPU is reported down for this poll, its handle re-fetched.
+- Anything else -> NvmlCallError, counted in Snapshot.call_errors[(call, error)]; the reader
+  leaves the value None and marks the section (gpu/mig/process/mps) failed.
+- Errors that are normal control flow (NotFound for an empty MIG slot, Timeout for an empty
+  event queue...) are declared with ``expect=`` and come back as Missing, uncounted.
 """
 
 from __future__ import annotations
@@ -23,7 +34,10 @@ log = logging.getLogger(__name__)
 # Outcomes that mean "this device/driver cannot give the value", not "something broke".
 # NoPermission is here because it is a deployment fact (unprivileged exporter reading MIG
 # parent aggregates), constant for the process lifetime, and not a GPU fault.
-_NOT_AVAILABLE = {"NotSupported": "not supported on {model}", "NoPermission": "not permitted on {model} (insufficient privileges)"}
+_NOT_AVAILABLE = {
+    "NotSupported": "not supported on {model}",
+    "NoPermission": "not permitted on {model} (insufficient privileges)",
+}
 # Outcomes that mean the symbol is absent from this driver: true for every GPU.
 _ABSENT = ("FunctionNotFound", "LibraryMismatch")
 

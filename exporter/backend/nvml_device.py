@@ -63,6 +63,7 @@ class GpuReader:
         self._identity_read = False
         self._reason_calls: tuple[str, str] | None = None
         self._supported_reasons: int | None = None
+        self._sharing = "idle"  # last sharing mode computed from a complete process list
         self.mig = MigReader(caller)
         self.procs = ProcessReader(caller, procfs)
         self.gpm = GpmReader(caller)
@@ -74,7 +75,11 @@ class GpuReader:
         """One poll of this GPU: (info, failed sections). Never raises."""
         ctx = PollContext(self.caller, DeviceTag(self.name, self.uuid))
         try:
-            return self._read(ctx), ctx.failed
+            info = self._read(ctx)
+            if ctx.answers == 0 and ctx.failures:
+                # Every call failed (e.g. Unknown from all of them): nothing was read.
+                return self.down(ctx.first_error), set(SECTIONS)
+            return info, ctx.failed
         except NvmlCallError as exc:  # GPU lost, or its handle/identity unreadable
             log.warning("GPU %d reported down: %s", self.index, exc)
             self._forget_handle()
@@ -151,13 +156,17 @@ class GpuReader:
             values.update(mig_instances=tuple(instances), mig_free_capacity=capacity)
         else:
             self.mig.disabled()
+            self.gpm.prune_gpu_instances(set())
             processes, servers = self.procs.read(ctx, h, DeviceRef(self.index, self.uuid), on_mig=False)
         self.procs.end_poll()
         activity = self.gpm.gpu(ctx, h)
         if activity is not None:
             values["activity"] = activity
-        values.update(processes=tuple(processes), mps_servers=tuple(servers),
-                      sharing=sharing_mode(mig_mode, processes, servers))
+        if "process" in ctx.failed or (servers and "mps" in ctx.failed):
+            sharing = self._sharing  # an incomplete process list says nothing about sharing
+        else:
+            sharing = self._sharing = sharing_mode(mig_mode, processes, servers)
+        values.update(processes=tuple(processes), mps_servers=tuple(servers), sharing=sharing)
         return GpuInfo(**values)
 
     def _sensors(self, ctx: PollContext, h, mig_mode: bool | None) -> dict:

@@ -92,7 +92,9 @@ class MigReader:
             extra = {"activity": activity_by_gi[place.gi]} if activity_by_gi[place.gi] is not None else {}
             instances.append(MigInstance(
                 gi=place.gi, ci=place.ci, mig_index=index, mig_uuid=uuid,
-                profile=profile.name if profile else "", profile_id=place.profile_id if place.profile_id is not None else -1,
+                # Unknown profile (GI info unreadable): "", -1 and 0 rather than a guess.
+                profile=profile.name if profile else "",
+                profile_id=-1 if place.profile_id is None else place.profile_id,
                 placement_start=place.start, placement_size=place.size,
                 sm_count=profile.sm_count if profile else 0,
                 memory_total_bytes=total, memory_used_bytes=used, memory_free_bytes=free, **extra))

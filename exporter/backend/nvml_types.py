@@ -91,6 +91,8 @@ class PollContext:
     failed: set[str] = field(default_factory=set)
 
     failures: int = 0  # failed calls so far; compare before/after to know if a step was complete
+    answers: int = 0  # calls that got an answer (a value, NA or an expected error)
+    first_error: str | None = None
 
     def raw(self, section: str, fn: str, *args, expect: tuple[str, ...] = (), tag: DeviceTag | None = None):
         """Value of ``fn(*args)``, NA, or Missing; None (section marked failed) when the call failed.
@@ -98,13 +100,16 @@ class PollContext:
         GpuLostError is not caught: the whole GPU read stops and the GPU is reported down.
         """
         try:
-            return self.caller.call(fn, *args, gpu=tag or self.tag, expect=expect)
+            value = self.caller.call(fn, *args, gpu=tag or self.tag, expect=expect)
         except GpuLostError:
             raise
-        except NvmlCallError:
+        except NvmlCallError as exc:
             self.failed.add(section)
             self.failures += 1
+            self.first_error = self.first_error or exc.error
             return None
+        self.answers += 1
+        return value
 
     def get(self, section: str, fn: str, *args, expect: tuple[str, ...] = (), tag: DeviceTag | None = None):
         """Like ``raw`` but NA becomes None: the caller only cares whether it has a value."""

@@ -1,6 +1,6 @@
 """Forecast series: expected peaks, time-aware peak demand, headroom, ETAs, learned profiles.
 
-Reads the latest :class:`~exporter.foresight.state.ForesightResult`; never touches NVML.
+Reads the latest :class:`~exporter.foresight.result.ForesightResult`; never touches NVML.
 Series that have no meaningful value are absent, never 0: the exhaustion ETA when memory is
 not growing, the contention ETA and stagger advice when no contention is predicted.
 """
@@ -10,7 +10,8 @@ from __future__ import annotations
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.base import Families, Spec, gi_label, gpu_labels
-from exporter.foresight.state import DeviceRow, Foresight
+from exporter.foresight.result import DeviceRow
+from exporter.foresight.state import Foresight
 
 GPU = ("gpu", "uuid")
 MIG = ("gpu", "uuid", "gi", "profile")

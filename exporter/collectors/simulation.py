@@ -34,6 +34,21 @@ class SimulationCollector(SnapshotCollector):
         if sim is None:
             return out
         out.add(TIME, (), sim.time_seconds)
-        for (gpu, gi), kills in sorted(sim.oom_kills.items(), key=lambda item: (item[0][0], str(item[0][1]))):
-            out.add(OOM_KILLS, (str(gpu), "" if gi is None else str(gi)), kills)
+        # Every device that exists now starts at 0, so increase() sees the first kill too.
+        kills: dict[tuple[int, str], int] = {key: 0 for key in _devices(snapshot)}
+        for (gpu, gi), count in sim.oom_kills.items():
+            kills[(gpu, "" if gi is None else str(gi))] = count
+        for (gpu, gi), count in sorted(kills.items()):
+            out.add(OOM_KILLS, (str(gpu), gi), count)
         return out
+
+
+def _devices(snapshot: Snapshot) -> Iterable[tuple[int, str]]:
+    """(gpu, gi) of every memory domain read this poll: each MIG instance, else the whole GPU."""
+    for gpu in snapshot.gpus:
+        if not gpu.up:
+            continue
+        if gpu.mig_mode:
+            yield from ((gpu.index, str(gi)) for gi in sorted({m.gi for m in gpu.mig_instances}))
+        else:
+            yield (gpu.index, "")

@@ -20,7 +20,7 @@ EXAMPLE_SCENARIO = "examples/scenarios/wan22-h100-mps-together.yaml"
 
 _FLAG_HELP: dict[str, tuple[str, str]] = {
     "listen": ("HOST:PORT", f"address to serve HTTP on; ':PORT' = every interface (default :{DEFAULT_PORT})"),
-    "interval": ("SECONDS", "time between polls of the GPUs (default 5)"),
+    "interval": ("SECONDS", "time between polls of the GPUs (default 1)"),
     "backend": ("{auto,nvml,dcgm}", "how to read the GPUs (default auto = nvml; dcgm is not implemented yet)"),
     "simulate": ("FILE", "read simulated GPUs described by this scenario file instead of the driver"),
     "speed": ("X", "simulated seconds per real second with --simulate (default 1)"),

@@ -23,6 +23,7 @@ processes that started apart, and the late process's peak is expected now.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -54,7 +55,7 @@ class DeviceForecast:
     peak_sum_bytes: int  # other + sum of expected peaks, as if all peaked together
     contention_in_seconds: float | None  # first moment demand exceeds capacity; None if never
     at_contention_bytes: dict[int, int] = field(default_factory=dict)  # pid -> expected bytes then
-    stagger_seconds: float | None = None  # start spacing that would avoid the contention
+    stagger_seconds: float | None = None  # start spacing that avoids the contention, plus one poll of margin
     slowdown: float = 1.0  # stretch applied to learned timelines
 
     @property
@@ -189,6 +190,8 @@ def forecast_device(
     stagger = None
     if contention_in is not None:
         stagger = stagger_needed(processes, capacity_bytes, other_bytes)
+        if stagger is not None:  # learned timings are only known to a poll: add one as margin
+            stagger = math.ceil((stagger + grace) / STAGGER_STEP_SECONDS) * STAGGER_STEP_SECONDS
     return DeviceForecast(
         capacity_bytes=capacity_bytes,
         peak_demand_bytes=peak_demand,

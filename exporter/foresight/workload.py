@@ -73,8 +73,9 @@ def normalize_cmdline(cmdline: str) -> str:
 
     The executable keeps only its basename (``/opt/venv/bin/python3`` -> ``python3``);
     ``--flag value`` and ``--flag=value`` pairs whose flag names a seed, port, prompt,
-    output, log or run id are dropped whole; other tokens keep their text with UUIDs,
-    hex ids, dates and epoch timestamps replaced by ``*``.
+    output, log or run id are dropped whole (a separate value runs up to the next flag, as
+    quoting is lost when /proc argv is joined by spaces); other tokens keep their text with
+    UUIDs, hex ids, dates and epoch timestamps replaced by ``*``.
     """
     try:
         tokens = shlex.split(cmdline)
@@ -83,17 +84,18 @@ def normalize_cmdline(cmdline: str) -> str:
     if not tokens:
         return ""
     out = [tokens[0].rsplit("/", 1)[-1]]
-    i = 1
-    while i < len(tokens):
-        token = tokens[i]
-        if token.startswith("-") and len(token) > 1 and not _looks_numeric(token):
+    skipping = False  # inside the value of a volatile flag
+    for token in tokens[1:]:
+        if _is_flag(token):
             flag, eq, _value = token.lstrip("-").partition("=")
+            skipping = _is_volatile_flag(flag) and not eq
             if _is_volatile_flag(flag):
-                has_separate_value = not eq and i + 1 < len(tokens) and not _is_flag(tokens[i + 1])
-                i += 2 if has_separate_value else 1
                 continue
+        elif skipping:
+            # /proc/<pid>/cmdline joined by spaces loses quoting, so a prompt is several
+            # tokens: everything up to the next flag belongs to the volatile value.
+            continue
         out.append(_scrub_token(token))
-        i += 1
     return " ".join(out)
 
 

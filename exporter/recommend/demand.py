@@ -73,13 +73,6 @@ class Workload:
         """Length of the learned timeline (seconds), None without one."""
         return self.timeline[-1][0] if self.timeline else None
 
-    def need_timeline(self) -> Timeline | None:
-        """The timeline scaled by the margin (bytes), None without one."""
-        if not self.timeline:
-            return None
-        scale = 1.0 + self.margin_ratio
-        return tuple((t, math.ceil(v * scale)) for t, v in self.timeline)
-
     def sms_on(self, model: GpuModel) -> int:
         """SMs this workload needs on ``model``, rounded up to whole SMs (0 when unknown)."""
         if self.compute_sms is not None:

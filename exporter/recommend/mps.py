@@ -14,6 +14,11 @@ client on the device. So, per device shared by several clients:
   every instant (seed talk: three Wan 5B jobs of ~22 GB each spiking to ~33 GB in their last
   30 s crash together and run fine staggered); otherwise the largest number of clients that
   may safely run at once.
+
+The margin is per workload: it sizes each client's limit (its own growth fails it alone).
+Whether clients fit *together* is judged on their observed or planned memory, without
+adding every client's margin at once (that would assume they all outgrow their history at
+the same instant); the headroom left is reported instead.
 """
 
 from __future__ import annotations
@@ -32,12 +37,13 @@ GRID_POINTS = 2000  # time resolution of the stagger search over the whole horiz
 NICE_STEPS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600)
 # A stagger longer than this share of the shortest job is queueing, not sharing.
 MAX_STAGGER_SHARE = 0.5
+HEADROOM_WARNING = 0.05  # say "tight" when less than 5% of the device is left at the worst instant
 
 
 @dataclass(frozen=True)
 class ClientAdvice:
     workload: str
-    need_bytes: int  # peak + margin
+    need_bytes: int  # peak + margin: what the limit allows
     pinned_limit: str  # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT value, e.g. "0=20480M"
     active_thread_percentage: int  # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
     start_offset_seconds: float | None  # None when starts need no stagger or none exists
@@ -52,7 +58,7 @@ class MpsAdvice:
     sms: int
     clients: tuple[ClientAdvice, ...]
     verdict: str  # fits | stagger | limit-concurrency | too-big
-    sum_of_peaks_bytes: int
+    sum_of_peaks_bytes: int  # observed/planned peaks, no margin
     max_concurrency: int  # any this many clients may run at once without exceeding capacity
     staggered_peak_bytes: int | None  # max of the summed memory with the offsets applied
     curve: tuple[tuple[float, int], ...]  # summed memory over time with offsets, for pictures
@@ -186,12 +192,13 @@ def advise(device: str, model, capacity: int, sms: int, workloads: list[Workload
            max_stagger_share: float = MAX_STAGGER_SHARE) -> MpsAdvice:
     """MPS settings and start offsets for ``workloads`` sharing one device."""
     needs = [w.memory_need_bytes for w in workloads]
-    total = sum(needs)
+    peaks = [w.peak_memory_bytes for w in workloads]
+    total = sum(peaks)
     reasons: list[str] = []
     offsets: tuple[float, ...] | None = None
     step = 1.0
-    timelines = [w.need_timeline() for w in workloads]
-    if max(needs, default=0) > capacity:
+    timelines = [w.timeline for w in workloads]
+    if max(peaks, default=0) > capacity:
         verdict = "too-big"
         reasons.append("a client's peak alone exceeds the device: it needs a larger slice")
     elif total <= capacity:
@@ -226,8 +233,11 @@ def advise(device: str, model, capacity: int, sms: int, workloads: list[Workload
     if known and sum(known) > sms:
         reasons.append(f"compute needs add up to {sum(known)} SMs of {sms}: clients will slow each other")
     curve, peak = _curve(timelines, offsets, step) if all(timelines) else ((), None)
+    worst = peak if verdict == "stagger" else total
+    if verdict in ("fits", "stagger") and capacity - worst < HEADROOM_WARNING * capacity:
+        reasons.append(f"tight: {(capacity - worst) / 2**30:.1f} GiB left at the worst instant")
     return MpsAdvice(device, model.key, capacity, sms, clients, verdict, total,
-                     safe_concurrency(needs, capacity), peak, curve, tuple(reasons))
+                     safe_concurrency(peaks, capacity), peak, curve, tuple(reasons))
 
 
 def _curve(timelines, offsets, step, points: int = 200):

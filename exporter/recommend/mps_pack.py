@@ -1,6 +1,6 @@
 """The MPS alternative: whole GPUs shared by MPS clients instead of MIG instances.
 
-First-fit decreasing by peak (plus margin): a workload joins the first open GPU where the
+First-fit decreasing by peak (margins are per client limits, see mps.py): a workload joins the first open GPU where the
 clients' peaks still fit together, their known compute needs stay within the SMs and the
 client count within MPS's limit; failing that, a GPU whose clients all have timelines and
 that a stagger keeps under capacity (the seed talk's case); failing that, a new GPU. This
@@ -21,14 +21,14 @@ STAGGER_TRIES = 16  # GPUs tried for a stagger before opening a new one
 def pack(model, workloads: list[Workload]) -> list[mps.MpsAdvice]:
     """GPUs of ``model`` (MIG off, MPS on) holding ``workloads``; one advice per GPU."""
     capacity = model.memory_capacity_bytes
-    order = sorted(workloads, key=lambda w: -w.memory_need_bytes)
-    fitting = [w for w in order if w.memory_need_bytes <= capacity]
+    order = sorted(workloads, key=lambda w: -w.peak_memory_bytes)
+    fitting = [w for w in order if w.peak_memory_bytes <= capacity]
     members: list[list[Workload]] = []
     mem_left = np.zeros(0)
     sms_left = np.zeros(0)
     count = np.zeros(0, dtype=int)
     for w in fitting:
-        need, sms = w.memory_need_bytes, w.sms_on(model)
+        need, sms = w.peak_memory_bytes, w.sms_on(model)
         ok = np.flatnonzero((mem_left >= need) & (sms_left >= sms) & (count < mps.MAX_MPS_CLIENTS))
         target = int(ok[0]) if len(ok) else _stagger_target(model, members, w, sms_left, count, sms)
         if target is None:
@@ -56,7 +56,7 @@ def _stagger_target(model, members, w, sms_left, count, sms) -> int | None:
             continue
         if any(m.timeline is None for m in group):
             continue
-        timelines = [m.need_timeline() for m in (*group, w)]
+        timelines = [m.timeline for m in (*group, w)]
         shortest = min(t[-1][0] for t in timelines)
         if mps.find_stagger(timelines, model.memory_capacity_bytes,
                             mps.MAX_STAGGER_SHARE * shortest) is not None:

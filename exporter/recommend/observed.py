@@ -126,7 +126,7 @@ class ObservedFleet:
             sms = [s for _, _, s, _ in proc.samples if s is not None]
             tensor = [x for _, _, _, x in proc.samples if x is not None]
             name = self._name(proc)
-            shared = name in shared_members[proc.device]
+            shared = name in shared_members.get(proc.device, ())
             if shared and proc.mps:
                 mps_devices.add(proc.device)
             workloads.append(Workload(

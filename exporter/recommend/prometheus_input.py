@@ -142,6 +142,13 @@ def load_prometheus(url: str, window: str, fleet: ObservedFleet, node_label: str
     fleet.source(f"prometheus {url} (window {window}, {len(nodes)} nodes)")
 
 
+def _pid(labels: dict) -> int | None:
+    try:
+        return int(labels.get("pid", ""))
+    except ValueError:
+        return None
+
+
 def _by(series_list, node_label, *labels):
     out = {}
     for s in series_list:
@@ -168,7 +175,7 @@ def _load_chunk(client, fleet, chunk, node_label, w, mig, models, end, seconds):
     per_device = defaultdict(list)
     for s in memory:
         m = s["metric"]
-        if m.get("process") == "nvidia-cuda-mps-server":
+        if m.get("process") == "nvidia-cuda-mps-server" or _pid(m) is None:
             continue
         per_device[(m.get(node_label, ""), m.get("uuid", ""), m.get("gi", ""))].append(s)
     for (node, uuid, gi), series in per_device.items():
@@ -183,7 +190,7 @@ def _load_chunk(client, fleet, chunk, node_label, w, mig, models, end, seconds):
         concurrent = (together.get((node, uuid, gi)) or 1) > 1
         for s in series:
             m = s["metric"]
-            pid = int(m.get("pid", "0") or 0)
+            pid = _pid(m)
             u = util.get((node, uuid, m.get("pid", "")))
             a = active.get(dev_key)
             sm = u * sms if u is not None else (a * sms / len(series) if a is not None else None)
@@ -192,7 +199,7 @@ def _load_chunk(client, fleet, chunk, node_label, w, mig, models, end, seconds):
                          sms=sm, tensor=tensor.get(dev_key) if len(series) == 1 else None,
                          mps=m.get("sharing") in ("mps", "mig+mps"), capacity=capacity, device_sms=sms)
         if concurrent:
-            fleet.mark_shared(device, [(node, uuid, int(x["metric"].get("pid", "0") or 0)) for x in series])
+            fleet.mark_shared(device, [(node, uuid, _pid(x["metric"])) for x in series])
             _timelines(client, fleet, node_label, node, uuid, gi, end, seconds, step)
 
 
@@ -202,8 +209,8 @@ def _timelines(client, fleet, node_label, node, uuid, gi, end, seconds, step):
     start = end - seconds
     for s in client.query_range(f"gpushare_process_memory_used_bytes{{{sel}}}", start, end, step):
         values = [(float(t), float(v)) for t, v in s.get("values", [])]
-        if len(values) < 3 or values[0][0] <= start + step or values[-1][0] >= end - step:
+        if _pid(s["metric"]) is None or len(values) < 3 or values[0][0] <= start + step or values[-1][0] >= end - step:
             continue  # started before the window or still running: not a whole life
         t0 = values[0][0]
         points = tuple((t - t0, int(v)) for t, v in values) + ((values[-1][0] + step - t0, int(values[-1][1])),)
-        fleet.set_timeline(node, uuid, int(s["metric"].get("pid", "0") or 0), points)
+        fleet.set_timeline(node, uuid, _pid(s["metric"]), points)

@@ -110,7 +110,7 @@ def plan_for_model(model: GpuModel, workloads: list[Workload], demand: Demand) -
     needed = len(gpus) + extra
     homog = _plus(homog, extra)
     greedy = _plus(greedy, extra)
-    fitting = [w for w in workloads if w.memory_need_bytes <= model.memory_capacity_bytes]
+    fitting = [w for w in workloads if w.peak_memory_bytes <= model.memory_capacity_bytes]
     alternative = tuple(mps_pack.pack(model, fitting)) if len(fitting) > 1 else ()
     reasons += _reasons(model, workloads, needed, extra, homog, greedy, alternative, existing, stats, optimal)
     shortfall = sum(i.shortfall_sms for g in placed for i in g.instances)

@@ -37,6 +37,7 @@ from exporter.sim.setup import build_processes, resolve_events
 from exporter.sim.state import INF, Device, DeviceKey, OomEvent, Proc
 from exporter.sim.telemetry import Telemetry
 
+
 class Engine:
     """All simulated state; ``now`` only moves forward through ``advance_to``."""
 

@@ -121,7 +121,8 @@ class FakeNvmlLib:
         engine = self._sim.engine
         gpu = gpu_of_call(name, args)
         if name == "nvmlSystemGetProcessName" and args:  # the GPU of that pid, if it runs
-            gpu = next((p.gpu for p in engine.alive() if p.pid == int(getattr(args[0], "value", args[0]))), None)
+            pid = int(getattr(args[0], "value", args[0]))
+            gpu = next((p.gpu for p in engine.alive() if p.pid == pid), None)
         for fault in engine.faults:
             if not fault.active(engine.now) or not call_matches(fault.call, name):
                 continue

@@ -1,0 +1,88 @@
+"""What one poll's forecast hands to the collector, and how a GPU splits into memory domains."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from exporter.foresight.forecast import DeviceForecast
+from exporter.foresight.profiles import WorkloadProfile
+from exporter.snapshot import GpuInfo, ProcessInfo
+
+
+@dataclass(frozen=True)
+class ProcessRow:
+    """One live process with its forecast values (bytes)."""
+
+    gpu: int
+    uuid: str
+    gi: int | None
+    pid: int
+    process: str
+    sharing: str
+    workload: str  # bounded label value
+    expected_peak_bytes: int
+    at_contention_bytes: int | None  # expected use when its device first overflows; None if it does not
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    """Forecast of one GPU (gi None) or MIG instance."""
+
+    gpu: int
+    uuid: str
+    gi: int | None
+    profile: str  # MIG profile name, "" for a whole GPU
+    forecast: DeviceForecast
+    exhaustion_eta_seconds: float | None
+
+
+@dataclass(frozen=True)
+class ForesightResult:
+    """Everything the forecast collector exports for one poll."""
+
+    processes: tuple[ProcessRow, ...] = ()
+    devices: tuple[DeviceRow, ...] = ()
+    profiles: tuple[tuple[str, WorkloadProfile], ...] = ()  # (label, profile), bounded
+    profiles_stored: int = 0
+    store_ok: bool | None = None  # None without a state dir
+
+
+@dataclass(frozen=True)
+class MemoryDomain:
+    """Memory that a set of processes competes for: a whole GPU or one MIG GPU instance."""
+
+    gi: int | None
+    profile: str  # MIG profile name, "" for a whole GPU
+    capacity_bytes: int | None  # usable memory
+    used_bytes: int | None
+    processes: tuple[ProcessInfo, ...]  # workload processes (MPS servers excluded)
+
+
+def process_sharing(gpu: GpuInfo, proc: ProcessInfo) -> str:
+    """The ``sharing`` label of a process, as docs/metrics.md defines it for process series."""
+    if proc.gi is not None:
+        return "mig+mps" if proc.is_mps_client else "mig"
+    return "mps" if proc.is_mps_client else gpu.sharing
+
+
+def memory_domains(gpu: GpuInfo) -> Iterator[MemoryDomain]:
+    """The memory domains of a GPU.
+
+    A GPU in MIG mode has one domain per GPU instance (its compute instances share memory);
+    otherwise the whole GPU is one domain whose capacity excludes driver-reserved memory.
+    MPS servers are not workloads: their memory counts as "other" use of the domain.
+    """
+    clients = [p for p in gpu.processes if not p.is_mps_server]
+    if gpu.mig_mode or gpu.mig_instances:
+        seen: set[int] = set()
+        for inst in gpu.mig_instances:
+            if inst.gi not in seen:
+                seen.add(inst.gi)
+                procs = tuple(p for p in clients if p.gi == inst.gi)
+                yield MemoryDomain(inst.gi, inst.profile, inst.memory_total_bytes, inst.memory_used_bytes, procs)
+        return
+    capacity = None
+    if gpu.memory_total_bytes is not None:
+        capacity = gpu.memory_total_bytes - (gpu.memory_reserved_bytes or 0)
+    yield MemoryDomain(None, "", capacity, gpu.memory_used_bytes, tuple(p for p in clients if p.gi is None))
