@@ -63,6 +63,26 @@ def test_limit_ordinal_through_visible_device_uuids():
     assert mps_memory_limit(env, GPU0) == 3 * GIB
 
 
+def test_limit_ordinal_inside_container_view():
+    """In a container, NVIDIA_VISIBLE_DEVICES decides what ordinal 0 is."""
+    env = {"NVIDIA_VISIBLE_DEVICES": GPU1.gpu_uuid, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4G"}
+    assert mps_memory_limit(env, GPU1) == 4 * GIB
+    assert mps_memory_limit(env, GPU0) is None
+
+
+def test_limit_ordinal_container_view_then_cuda_visible_devices():
+    """CUDA_VISIBLE_DEVICES indices count within the container's NVIDIA_VISIBLE_DEVICES list."""
+    env = {"NVIDIA_VISIBLE_DEVICES": "0,1", "CUDA_VISIBLE_DEVICES": "1", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=5G"}
+    assert mps_memory_limit(env, GPU1) == 5 * GIB
+    assert mps_memory_limit(env, GPU0) is None
+
+
+def test_limit_container_view_all_means_host_order():
+    """NVIDIA_VISIBLE_DEVICES=all leaves ordinals equal to NVML indices."""
+    env = {"NVIDIA_VISIBLE_DEVICES": "all", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "1=6G"}
+    assert mps_memory_limit(env, GPU1) == 6 * GIB
+
+
 def test_limit_keyed_by_gpu_uuid():
     """A GPU UUID key applies to that GPU only, whatever the ordinals."""
     env = {"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"{GPU1.gpu_uuid}=8G"}

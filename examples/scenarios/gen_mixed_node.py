@@ -109,7 +109,8 @@ def lane_jobs(rng, gpu, mig, lanes, capacity, mps, state) -> list[dict]:
             job["tensor_active"] = round(sm * rng.uniform(0.3, 0.7), 4)
             job["dram_active"] = round(sm * rng.uniform(0.2, 0.6), 4)
             if mps and gpu == 2:  # per-client limits as the k8s device plugin sets them
-                job["env"] = {"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={int(budget // MIB) + 1}M",
+                job["env"] = {"NVIDIA_VISIBLE_DEVICES": str(gpu),  # the container sees only its GPU
+                              "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={int(budget // MIB) + 1}M",
                               "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(max(1, 100 // lanes))}
             jobs.append(job)
             if length is None:

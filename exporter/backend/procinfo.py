@@ -16,11 +16,12 @@ from typing import Mapping
 log = logging.getLogger(__name__)
 
 # Environment variables copied into ProcessInfo.environ (the rest may hold secrets).
-ENV_PREFIXES = ("CUDA_", "KUBERNETES_")
+ENV_PREFIXES = ("CUDA_", "KUBERNETES_", "NVIDIA_VISIBLE_DEVICES")
 
 MEM_LIMIT_VAR = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 THREAD_PCT_VAR = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 VISIBLE_VAR = "CUDA_VISIBLE_DEVICES"
+CONTAINER_VISIBLE_VAR = "NVIDIA_VISIBLE_DEVICES"  # set by the device plugin / container runtime
 
 _MAX_READ = 1 << 20  # environ/cmdline beyond 1 MiB is not worth holding in memory
 
@@ -134,17 +135,35 @@ def _visible_entry_matches(entry: str, dev: DeviceRef) -> bool:
     return len(low) > 4 and dev.gpu_uuid.lower().startswith(low)
 
 
+def _visible_list(env: Mapping[str, str]) -> list[str] | None:
+    """The devices the client's CUDA enumerates, in ordinal order; None = every GPU, NVML order.
+
+    The NVIDIA container runtime exposes only NVIDIA_VISIBLE_DEVICES (indices or UUIDs) inside a
+    container, so there ordinal 0 is its first entry; CUDA_VISIBLE_DEVICES then selects among
+    those (its indices count within the container's view).
+    """
+    container = env.get(CONTAINER_VISIBLE_VAR, "").strip()
+    outer = None if container.lower() in ("", "all", "none", "void") else container.split(",")
+    visible = env.get(VISIBLE_VAR, "").strip()
+    if not visible:
+        return outer
+    entries = visible.split(",")
+    if outer is None:
+        return entries
+    return [outer[int(e)] if e.strip().isdigit() and int(e) < len(outer) else e for e in entries]
+
+
 def client_ordinal(env: Mapping[str, str], dev: DeviceRef) -> int | None:
     """The CUDA ordinal under which the client sees ``dev``; None when it cannot be told.
 
-    With CUDA_VISIBLE_DEVICES set, the position of the first entry naming ``dev``.
-    Without it, the NVML index (CUDA_DEVICE_ORDER=PCI_BUS_ID order is assumed) for a whole
-    GPU, and 0 for a MIG instance (a CUDA process sees a single MIG device).
+    With a visible-device list (see _visible_list), the position of the first entry naming
+    ``dev``. Without one, the NVML index (CUDA_DEVICE_ORDER=PCI_BUS_ID order is assumed) for a
+    whole GPU, and 0 for a MIG instance (a CUDA process sees a single MIG device).
     """
-    visible = env.get(VISIBLE_VAR, "").strip()
-    if not visible:
+    visible = _visible_list(env)
+    if visible is None:
         return 0 if dev.mig_uuid is not None else dev.nvml_index
-    for position, entry in enumerate(visible.split(",")):
+    for position, entry in enumerate(visible):
         if _visible_entry_matches(entry, dev):
             return position
     return None

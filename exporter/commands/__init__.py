@@ -7,7 +7,6 @@ Each command module provides ``HELP`` (one line), ``add_arguments(parser)`` and
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
 from typing import Any, Iterable
 
@@ -62,21 +61,7 @@ def no_gpu_message(exc: NoGpuError, command: str) -> str:
     return text
 
 
-def _construct(cls: type, *args: Any, **optional: Any) -> Any:
-    """Call cls(*args, **optional), dropping the optional keywords its constructor does not take.
-
-    Used for the simulator only, whose constructor may or may not take gpu_timeout.
-    """
-    try:
-        params = inspect.signature(cls).parameters
-    except (TypeError, ValueError):
-        return cls(*args, **optional)
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        optional = {k: v for k, v in optional.items() if k in params}
-    return cls(*args, **optional)
-
-
-def make_backend(settings: Settings, start_at: float | None = None) -> Backend:
+def make_backend(settings: Settings) -> Backend:
     """The backend the settings ask for, constructed but not opened."""
     if settings.backend == "dcgm":
         raise UserError("--backend dcgm: the DCGM backend is not implemented yet; use --backend nvml (or auto)")
@@ -85,12 +70,7 @@ def make_backend(settings: Settings, start_at: float | None = None) -> Backend:
             raise UserError(f"--simulate {settings.simulate}: no such file")
         from exporter.backend.sim import SimBackend
 
-        if start_at is not None and "start_at" not in inspect.signature(SimBackend).parameters:
-            raise UserError("--at: this build's simulator cannot start at a given time")
-        extra = {"start_at": start_at} if start_at is not None else {}
-        return _construct(
-            SimBackend, settings.simulate, speed=settings.speed, gpu_timeout=settings.gpu_timeout, **extra
-        )
+        return SimBackend(settings.simulate, speed=settings.speed, gpu_timeout=settings.gpu_timeout)
     if not os.path.isdir(settings.procfs):
         raise UserError(f"procfs {settings.procfs}: not a directory")
     from exporter.backend.nvml import NvmlBackend

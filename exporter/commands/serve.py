@@ -10,7 +10,7 @@ import signal
 from exporter import commands
 from exporter.errors import NoGpuError, UserError
 from exporter.logging_setup import configure_logging
-from exporter.poller import Poller
+from exporter.poller import STALE_AFTER_INTERVALS, Poller
 from exporter.server import start_server
 
 HELP = "poll the GPUs and serve Prometheus metrics over HTTP"
@@ -27,6 +27,11 @@ def run(args: argparse.Namespace) -> int:
     settings = commands.settings_from_args(args)
     configure_logging(settings.log_level, settings.log_format)
     host, port = settings.listen_address
+    if settings.gpu_timeout >= STALE_AFTER_INTERVALS * settings.interval:
+        # A hung GPU makes each poll last gpu_timeout; /health would then flap to 503.
+        log.warning("--gpu-timeout %gs is not below %d x --interval (%gs): /health will report stale "
+                    "polls while a GPU hangs", settings.gpu_timeout, STALE_AFTER_INTERVALS,
+                    STALE_AFTER_INTERVALS * settings.interval)
     poller = Poller(commands.make_backend(settings), settings.interval)
     try:
         poller.start()

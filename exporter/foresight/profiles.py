@@ -12,6 +12,7 @@ the envelope never under-states what the run used at any age it covers.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, replace
 
 Timeline = tuple[tuple[float, int], ...]  # ((age_seconds, bytes), ...) ascending ages, steps
@@ -20,6 +21,8 @@ MAX_TIMELINE_STEPS = 32  # steps kept per profile (about 0.5 KiB of JSON)
 MAX_RUN_POINTS = 512  # raw samples kept per live run before compaction kicks in
 PEAK_BAND = 0.9  # "at its peak" means at or above 90 % of the peak
 PEAK_DECAY = 0.25  # a lower peak moves the learned peak down by this share of the gap
+LEVEL_SAMPLES = 64  # recent samples the level of a run is the median of
+MIN_LEVEL = 0.1  # a run is never taken as smaller than a tenth of its profile
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class WorkloadProfile:
     samples: int  # observations folded in, over all runs
     timeline: Timeline  # upper envelope of memory by age (see module docstring)
     updated_at: float  # Unix seconds of the last change
+    device_bytes: int | None = None  # usable memory of the device the timeline was learned on
 
     @property
     def peak_at_fraction(self) -> float | None:
@@ -63,6 +67,15 @@ class WorkloadProfile:
             return self.timeline
         factor = self.peak_bytes / top
         return tuple((age, int(round(v * factor))) for age, v in self.timeline)
+
+    def value_at(self, age: float) -> int:
+        """Bytes the scaled timeline gives at ``age`` seconds (0 before its first step)."""
+        value = 0
+        for start, v in self.scaled_timeline():
+            if start > age:
+                break
+            value = v
+        return value
 
     def peak_width_seconds(self) -> float:
         """How long a run stays within PEAK_BAND of its peak, seconds (0 when unknown)."""
@@ -120,8 +133,9 @@ def _dedupe(points) -> list[tuple[float, int]]:
 class RunRecorder:
     """Samples of one live process: ages in seconds since it started, memory in bytes."""
 
-    def __init__(self, key: str, start: float, seen_from_start: bool) -> None:
+    def __init__(self, key: str, start: float, seen_from_start: bool, device_bytes: int | None = None) -> None:
         self.key = key
+        self.device_bytes = device_bytes  # usable memory of the device it runs on
         self.start = start  # Unix seconds the run started (or was first seen)
         self.seen_from_start = seen_from_start  # False when it was already running when we began
         self.points: list[tuple[float, int]] = []
@@ -129,6 +143,8 @@ class RunRecorder:
         self.peak_offset = 0.0
         self.last_age = 0.0
         self.samples = 0
+        # used / learned bytes at the same age, recent samples: how big this run is next to its profile
+        self.levels: deque[float] = deque(maxlen=LEVEL_SAMPLES)
 
     def add(self, now: float, used_bytes: int) -> None:
         """Record one observation taken at Unix time ``now``."""
@@ -140,6 +156,17 @@ class RunRecorder:
         self.points.append((age, used_bytes))
         if len(self.points) > MAX_RUN_POINTS:
             self.points = list(compact_envelope(self.points, MAX_RUN_POINTS // 2))
+
+    def level(self) -> float:
+        """Median of the recent level samples, within [MIN_LEVEL, 1]; 1 without samples.
+
+        Only ever scales a profile down: a run bigger than its profile is already covered by
+        forecasts never going below current use.
+        """
+        if not self.levels:
+            return 1.0
+        ordered = sorted(self.levels)
+        return min(1.0, max(MIN_LEVEL, ordered[len(ordered) // 2]))
 
     def first_age_at_or_above(self, threshold: float) -> float | None:
         """Age (seconds) of the first sample using at least ``threshold`` bytes; None if none did."""
@@ -193,6 +220,7 @@ def learn_run(
         samples=(old.samples if old else 0) + run.samples,
         timeline=timeline,
         updated_at=now,
+        device_bytes=run.device_bytes,
     )
 
 
@@ -211,6 +239,7 @@ def learn_running(old: WorkloadProfile | None, run: RunRecorder, now: float) -> 
             samples=run.samples,
             timeline=run.timeline(),
             updated_at=now,
+            device_bytes=run.device_bytes,
         )
     if old.runs == 0 and run.seen_from_start and run.last_age > _timeline_end(old):
         # A provisional profile follows the longest-watched run, so its timeline grows.
@@ -222,6 +251,7 @@ def learn_running(old: WorkloadProfile | None, run: RunRecorder, now: float) -> 
             timeline=run.timeline(),
             samples=max(old.samples, run.samples),
             updated_at=now,
+            device_bytes=run.device_bytes,
         )
     if run.peak_bytes <= old.peak_bytes:
         return old

@@ -192,6 +192,7 @@ def profile_to_dict(p: WorkloadProfile) -> dict[str, Any]:
         "samples": p.samples,
         "timeline": [[age, value] for age, value in p.timeline],
         "updated_at": p.updated_at,
+        "device_bytes": p.device_bytes,
     }
 
 
@@ -236,6 +237,7 @@ def profile_from_dict(d: Any, place: str) -> WorkloadProfile:
         samples=number("samples", integer=True),
         timeline=tuple(timeline),
         updated_at=number("updated_at"),
+        device_bytes=number("device_bytes", optional=True, integer=True),
     )
 
 

@@ -38,6 +38,7 @@ _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}
 _HEX = re.compile(r"\b[0-9a-fA-F]{12,}\b")
 _DATE = re.compile(r"\d{4}-?\d{2}-?\d{2}([T_ -]?\d{2}[:\-]?\d{2}([:\-]?\d{2})?)?")
 _EPOCH = re.compile(r"\b1[5-9]\d{8}(\.\d+)?\b")  # Unix seconds 2017..2033
+_LONG_NUMBER = re.compile(r"\d{4,}")
 _TMP_PATH = re.compile(r"^(/tmp/|/var/tmp/|/dev/shm/)")
 # Kubernetes generated name suffixes: ReplicaSet pod-template-hash + pod suffix, Job/DaemonSet
 # pod suffix, StatefulSet ordinal. The alphabet is the one Kubernetes uses for random names.
@@ -59,13 +60,19 @@ def _is_volatile_flag(flag: str) -> bool:
 
 
 def _scrub_token(token: str) -> str:
-    """A token with embedded UUIDs, long hex ids, dates and epoch times replaced by '*'."""
+    """A token with embedded UUIDs, long hex ids, dates and epoch times replaced by '*'.
+
+    In paths, runs of 4 or more digits (ports, job numbers: ``kernel-9005.json``) go too.
+    """
     if _TMP_PATH.match(token):
         return "*"
     token = _UUID.sub("*", token)
     token = _HEX.sub("*", token)
     token = _DATE.sub("*", token)
-    return _EPOCH.sub("*", token)
+    token = _EPOCH.sub("*", token)
+    if "/" in token:
+        token = _LONG_NUMBER.sub("*", token)
+    return token
 
 
 def normalize_cmdline(cmdline: str) -> str:

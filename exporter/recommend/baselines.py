@@ -2,8 +2,9 @@
 
 - Homogeneous: the configurations OCI ships for H100 (seed 004): ``all-<profile>`` for each
   profile, packed as densely as the placement rules allow, plus ``all-balanced`` (two of the
-  smallest 1g, one 2g, one 3g). Every GPU of the model gets the same one, as a node pool
-  does; the best is the one needing the fewest GPUs.
+  smallest 1g, one 2g, one 3g). Every MIG GPU of the model gets the same one, as a node pool
+  does; workloads larger than its biggest instance get whole GPUs with MIG off (a second
+  pool), counted in. The best is the one needing the fewest GPUs in all.
 - Greedy first-fit: workloads in the order given (as they would arrive at a dynamic MIG
   scheduler), each into the smallest profile that fits it (seed 003's rule), on the first
   GPU with a free start for it, else on a new GPU.
@@ -14,6 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+
+import numpy as np
 
 from exporter import catalog
 from exporter.recommend.demand import Workload
@@ -59,15 +62,14 @@ def gpus_for_config(mp: ModelPatterns, config: dict[str, int], workloads: list[W
         return 0
     sizes = {p.name: p.memory_mib for p in mp.profiles}
     levels = sorted({sizes[name] for name in config})
-    need_level = []
-    for w in workloads:
-        level = next((m for m in levels if m >= w.memory_need_mib), None)
-        if level is None:
-            return None
-        need_level.append(level)
+    needs = np.array([w.memory_need_mib for w in workloads])
+    if needs.max() > levels[-1]:
+        return None
+    # The level each workload needs: the smallest instance memory that holds it.
+    need_level = np.asarray(levels)[np.searchsorted(levels, needs)]
     gpus = 0
     for level in levels:
-        demand = sum(1 for n in need_level if n >= level)
+        demand = int(np.count_nonzero(need_level >= level))
         supply = sum(count for name, count in config.items() if sizes[name] >= level)
         if demand:
             gpus = max(gpus, math.ceil(demand / supply))
@@ -77,14 +79,17 @@ def gpus_for_config(mp: ModelPatterns, config: dict[str, int], workloads: list[W
 def best_homogeneous(mp: ModelPatterns, workloads: list[Workload]) -> tuple[Baseline, list[Baseline]]:
     """The single configuration needing the fewest GPUs, and every one tried."""
     tried = []
+    sizes = {p.name: p.memory_mib for p in mp.profiles}
     for name, config in homogeneous_configs(mp):
-        gpus = gpus_for_config(mp, config, workloads)
-        reason = "" if gpus is not None else "a workload is larger than its biggest instance"
+        largest = max(sizes[p] for p in config)
+        inside = [w for w in workloads if w.memory_need_mib <= largest]
+        whole = len(workloads) - len(inside)
+        gpus = gpus_for_config(mp, config, inside) + whole
+        reason = f"+{whole} whole GPUs (MIG off) for workloads larger than its instances" if whole else ""
         tried.append(Baseline(name, gpus, reason))
-    feasible = [b for b in tried if b.gpus is not None]
-    if not feasible:
-        return Baseline("homogeneous", None, "no single configuration holds every workload"), tried
-    return min(feasible, key=lambda b: b.gpus), tried
+    if not tried:
+        return Baseline("homogeneous", None, "no MIG configuration"), tried
+    return min(tried, key=lambda b: b.gpus), tried
 
 
 def greedy_first_fit(mp: ModelPatterns, workloads: list[Workload]) -> tuple[Baseline, list[list]]:

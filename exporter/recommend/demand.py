@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from exporter.catalog import MIB, GpuModel
 
@@ -58,12 +59,12 @@ class Workload:
     sized_by: str = "explicit"  # "observed peak", "explicit", "params x bytes x 1.2"
     mps_group: str | None = None  # key of the device it shares with other clients now
 
-    @property
+    @cached_property  # frozen dataclasses keep a __dict__, so caching works; planning asks often
     def memory_need_bytes(self) -> int:
         """Peak plus margin, bytes: what a slice or an MPS limit must hold."""
         return math.ceil(self.peak_memory_bytes * (1.0 + self.margin_ratio))
 
-    @property
+    @cached_property
     def memory_need_mib(self) -> int:
         """Peak plus margin, in whole MiB (MIG profile sizes are MiB)."""
         return -(-self.memory_need_bytes // MIB)

@@ -26,6 +26,10 @@ def _current(fleet_gpu: FleetGpu) -> Counter | None:
     return None if fleet_gpu.layout is None else Counter(p for p, _ in fleet_gpu.layout)
 
 
+def _key(counts: Counter | None) -> tuple | None:
+    return None if counts is None else tuple(sorted(counts.items()))
+
+
 def describe(layout) -> str:
     """Human form of a current layout: 'MIG off' or '2x3g.40gb'."""
     if layout is None:
@@ -48,18 +52,24 @@ def _at(plan: GpuPlan, fleet_gpu: FleetGpu, change: str) -> GpuPlan:
 
 def assign(model: GpuModel, planned: list[GpuPlan], existing: list[FleetGpu]) -> list[GpuPlan]:
     """``planned`` placed on ``existing`` (same model), plus releases for unused GPUs."""
-    free = sorted(existing, key=lambda g: (g.node, g.index))
+    ordered = sorted(existing, key=lambda g: (g.node, g.index))
+    by_layout: dict[tuple | None, list[FleetGpu]] = defaultdict(list)
+    for g in reversed(ordered):  # popped from the end: lowest node/index first
+        by_layout[_key(_current(g))].append(g)
+    taken: set[tuple[str, int]] = set()
     out: list[GpuPlan | None] = [None] * len(planned)
     for i, plan in enumerate(planned):  # 1. keep what is already right
-        want = _profiles(plan)
-        match = next((g for g in free if _current(g) == want), None)
-        if match is not None:
+        same = by_layout.get(_key(_profiles(plan)))
+        if same:
+            match = same.pop()
             out[i] = _at(plan, match, "keep")
-            free.remove(match)
+            taken.add((match.node, match.index))
+    free = [g for g in ordered if (g.node, g.index) not in taken]
+    free.reverse()
     rest = sorted((i for i, p in enumerate(out) if p is None), key=lambda i: (planned[i].config, i))
     for i in rest:  # 2. repartition the others, node by node
         if free:
-            out[i] = _at(planned[i], free.pop(0), "reconfigure")
+            out[i] = _at(planned[i], free.pop(), "reconfigure")
     new = 0
     for i, p in enumerate(out):  # 3. beyond the fleet
         if p is None:
@@ -68,7 +78,7 @@ def assign(model: GpuModel, planned: list[GpuPlan], existing: list[FleetGpu]) ->
     released = [
         GpuPlan(model.key, g.node, g.index, "", g.layout is not None, (), "release", 0,
                 "not needed by the plan", describe(g.layout))
-        for g in free
+        for g in reversed(free)
     ]
     placed = sorted(out, key=lambda g: (g.node == "new", g.node, g.index))
     return [*placed, *released]

@@ -203,7 +203,8 @@ def advise(device: str, model, capacity: int, sms: int, workloads: list[Workload
         reasons.append("a client's peak alone exceeds the device: it needs a larger slice")
     elif total <= capacity:
         verdict = "fits"
-        reasons.append("the peaks together fit: all clients may start at once")
+        reasons.append("the peaks together fit: all clients may start at once" if len(workloads) > 1
+                       else "a single client: nothing to share")
     elif all(timelines):
         shortest = min(t[-1][0] for t in timelines)
         found = find_stagger(timelines, capacity, max_stagger_share * shortest)
@@ -230,7 +231,9 @@ def advise(device: str, model, capacity: int, sms: int, workloads: list[Workload
         for i, (w, need) in enumerate(zip(workloads, needs))
     )
     known = [w.sms_on(model) for w in workloads if w.compute_known]
-    if known and sum(known) > sms:
+    if len(workloads) == 1 and known and known[0] > sms:
+        reasons.append(f"needs {known[0]} SMs, the device has {sms}: it will run slower than observed")
+    elif known and sum(known) > sms:
         reasons.append(f"compute needs add up to {sum(known)} SMs of {sms}: clients will slow each other")
     curve, peak = _curve(timelines, offsets, step) if all(timelines) else ((), None)
     worst = peak if verdict == "stagger" else total

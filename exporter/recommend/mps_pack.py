@@ -24,19 +24,20 @@ def pack(model, workloads: list[Workload]) -> list[mps.MpsAdvice]:
     order = sorted(workloads, key=lambda w: -w.peak_memory_bytes)
     fitting = [w for w in order if w.peak_memory_bytes <= capacity]
     members: list[list[Workload]] = []
-    mem_left = np.zeros(0)
-    sms_left = np.zeros(0)
-    count = np.zeros(0, dtype=int)
+    n = len(fitting)
+    mem_left = np.zeros(n)  # per open GPU; only the first len(members) entries are live
+    sms_left = np.zeros(n)
+    count = np.zeros(n, dtype=int)
     for w in fitting:
         need, sms = w.peak_memory_bytes, w.sms_on(model)
-        ok = np.flatnonzero((mem_left >= need) & (sms_left >= sms) & (count < mps.MAX_MPS_CLIENTS))
+        live = len(members)
+        ok = np.flatnonzero((mem_left[:live] >= need) & (sms_left[:live] >= sms)
+                            & (count[:live] < mps.MAX_MPS_CLIENTS))
         target = int(ok[0]) if len(ok) else _stagger_target(model, members, w, sms_left, count, sms)
         if target is None:
             members.append([])
-            mem_left = np.append(mem_left, capacity)
-            sms_left = np.append(sms_left, model.sm_count)
-            count = np.append(count, 0)
-            target = len(members) - 1
+            target = live
+            mem_left[target], sms_left[target] = capacity, model.sm_count
         members[target].append(w)
         mem_left[target] -= need
         sms_left[target] -= sms

@@ -12,7 +12,7 @@ required when enabled and must be empty when not; no other keys.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import yaml
 
@@ -47,6 +47,7 @@ def build(rec: Recommendation) -> tuple[dict, list[str]]:
     configs: dict[str, dict[tuple, dict]] = defaultdict(dict)  # name -> layout key -> entry info
     per_node: dict[str, list[GpuPlan]] = defaultdict(list)
     comments = []
+    new: Counter = Counter()
     for plan in rec.plans:
         pci = f"0x{catalog.MODELS[plan.model].pci_device_id:08X}"
         for gpu in plan.gpus:
@@ -57,8 +58,8 @@ def build(rec: Recommendation) -> tuple[dict, list[str]]:
             slot["filters"].add(pci)
             if gpu.node != "new":
                 per_node[gpu.node].append(gpu)
-            where = "a new GPU" if gpu.node == "new" else f"{gpu.node} gpu{gpu.index}"
-            comments.append(f"{where} ({plan.model}): {gpu.config} [{gpu.change}]")
+            else:
+                new[(plan.model, gpu.config)] += 1
     doc: dict = {"version": "v1", "mig-configs": {}}
     for name in sorted(configs):
         doc["mig-configs"][name] = [
@@ -66,6 +67,7 @@ def build(rec: Recommendation) -> tuple[dict, list[str]]:
         ]
     for node in sorted(per_node):
         gpus = per_node[node]
+        comments.append(f"{node}: " + ", ".join(f"gpu{g.index}={g.config} ({g.change})" for g in gpus))
         if len({g.config for g in gpus}) < 2:
             continue
         groups: dict[tuple, list[GpuPlan]] = defaultdict(list)
@@ -75,7 +77,8 @@ def build(rec: Recommendation) -> tuple[dict, list[str]]:
         doc["mig-configs"][name] = [
             _entry(g[0], sorted(x.index for x in g), ()) for g in groups.values()
         ]
-        comments.append(f"{node} mixes layouts: label it nvidia.com/mig.config={name}")
+        comments.append(f"  {node} mixes layouts: label it nvidia.com/mig.config={name}")
+    comments += [f"{n} new {model} GPU(s): {config}" for (model, config), n in sorted(new.items())]
     return doc, comments
 
 

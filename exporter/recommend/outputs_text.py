@@ -9,6 +9,7 @@ from exporter.recommend.result import GpuPlan, ModelPlan, Recommendation
 
 GIB = 2**30
 MAX_GPU_ROWS = 40  # beyond this a model's GPUs are summarised by configuration
+MAX_MPS_DEVICES = 10  # MPS alternative devices listed in full; the rest are counted
 
 
 def gib(n: int | None) -> str:
@@ -75,8 +76,12 @@ def render_text(rec: Recommendation) -> str:
         out += [f"  - {r}" for r in p.reasons]
         if p.mps:
             out.append(f"  MPS alternative: {len(p.mps)} GPUs")
-            for a in p.mps[:MAX_GPU_ROWS]:
+            for a in p.mps[:MAX_MPS_DEVICES]:
                 out += ["    " + line for line in advice_lines(a)]
+            if len(p.mps) > MAX_MPS_DEVICES:
+                verdicts = Counter(a.verdict for a in p.mps[MAX_MPS_DEVICES:])
+                out.append(f"    ... {len(p.mps) - MAX_MPS_DEVICES} more ("
+                           + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) + "): --format json")
         out.append("")
     if rec.shared_now:
         out.append("Devices shared now (MPS advice):")
@@ -103,7 +108,9 @@ def render_markdown(rec: Recommendation) -> str:
             out += ["", f"### MPS alternative: {len(p.mps)} GPUs", "",
                     "| device | client | CUDA_MPS_PINNED_DEVICE_MEM_LIMIT | CUDA_MPS_ACTIVE_THREAD_PERCENTAGE | start offset |",
                     "|---|---|---|---|---|"]
-            out += _md_clients(p.mps[:MAX_GPU_ROWS])
+            out += _md_clients(p.mps[:MAX_MPS_DEVICES])
+            if len(p.mps) > MAX_MPS_DEVICES:
+                out += ["", f"... and {len(p.mps) - MAX_MPS_DEVICES} more GPUs (--format json)."]
         out.append("")
     if rec.shared_now:
         out += ["## Devices shared now", "",

@@ -37,7 +37,7 @@ from exporter.recommend.patterns import ModelPatterns, Placement, layout_for_pat
 STAGE_TIME_LIMIT_SECONDS = 20.0
 # The distinct-layouts tie-breaker is a convenience (fewer mig-parted configs), not part of
 # the optimum: its search stops here and keeps the best grouping found.
-TIDY_TIME_LIMIT_SECONDS = 0.25
+TIDY_TIME_LIMIT_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -86,15 +86,27 @@ def plan_mig(mp: ModelPatterns, workloads: list[Workload]) -> MigSolution:
     model = _Model(mp, keys, [len(classes[k]) for k in keys])
 
     objectives = model.objectives()
+    # Stages 1 and 2 depend on memory only: solve them on classes merged by memory tier (a
+    # handful), then hold their optima in the full model for the compute stage.
+    tiers: dict[tuple[int, int], int] = defaultdict(int)
+    for (tier, _), members in classes.items():
+        tiers[(tier, 0)] += len(members)
+    coarse = _Model(mp, list(tiers), list(tiers.values()))
     optimal = True
     values: list[int] = []
-    constraints = [model.base]
-    for c in objectives[:3]:
-        sol, ok = model.solve(c, constraints)
+    constraints = [coarse.base]
+    # Each optimum is held (+0.5: objectives are integers) in the stages after it.
+    for c in coarse.objectives()[:2]:
+        sol, ok = coarse.solve(c, constraints)
         optimal = optimal and ok
         values.append(int(round(float(c @ sol))))
-        # Fix this optimum (+0.5: objectives are integers) for the stages after it.
         constraints = [*constraints, LinearConstraint(c.reshape(1, -1), -np.inf, values[-1] + 0.5)]
+    constraints = [model.base, *(LinearConstraint(c.reshape(1, -1), -np.inf, v + 0.5)
+                                 for c, v in zip(objectives[:2], values))]
+    sol, ok = model.solve(objectives[2], constraints)
+    optimal = optimal and ok
+    values.append(int(round(float(objectives[2] @ sol))))
+    constraints.append(LinearConstraint(objectives[2].reshape(1, -1), -np.inf, values[-1] + 0.5))
     # Stage 4 keeps the instance usage u (hence placements and shortfall) of stage 3 and only
     # regroups instances into as few distinct layouts as the fixed GPU count allows.
     budget = values[1] - float(objectives[1][model.U:model.X] @ sol[model.U:model.X])

@@ -91,7 +91,8 @@ def plan_for_model(model: GpuModel, workloads: list[Workload], demand: Demand) -
         in_mig = [w for w in workloads if w.memory_need_mib <= mp.full_memory_mib]
         solution = plan_mig(mp, in_mig)
         too_big = [w for w in workloads if w.memory_need_mib > mp.full_memory_mib]
-        gpus = [_mig_gpu(model, mp, g, {w.name: w for w in in_mig}) for g in solution.gpus]
+        by_name = {w.name: w for w in in_mig}
+        gpus = [_mig_gpu(model, mp, g, by_name) for g in solution.gpus]
         homog, tried = baselines.best_homogeneous(mp, in_mig)
         greedy, _ = baselines.greedy_first_fit(mp, in_mig)
         optimal, minimal, stats = solution.optimal, solution.layouts_minimal, solution
