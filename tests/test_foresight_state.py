@@ -168,6 +168,20 @@ def test_mig_instances_are_forecast_separately():
     assert {s.labels["sharing"] for s in samples["gpushare_process_memory_expected_peak_bytes"]} == {"mig+mps"}
 
 
+def test_profiles_are_learned_per_device_size():
+    """What a job did on a whole GPU is not applied to the same command in a MIG instance."""
+    foresight = Foresight()
+    learn_solo_run(foresight)  # on the 79 GiB H100
+    instances = [(1, "3g.40gb", 40 * GiB)]
+    build = lambda t, jobs: mig_snapshot(t, jobs, instances)  # noqa: E731
+    crowd = [Job(pid=200 + i, start=3_000_010.0, gi=1, memory=lambda a: 8 * GiB) for i in range(3)]
+    for _, result in replay(foresight, crowd, 3_000_000.0, 3_000_030.0, build=build):
+        pass
+    (device,) = result.devices
+    assert device.forecast.peak_demand_bytes == 3 * 8 * GiB  # current use: nothing learned at 40 GiB
+    assert {r.expected_peak_bytes for r in result.processes} == {8 * GiB}
+
+
 def test_exported_profiles_are_capped_running_first():
     """Only max_exported_workloads profiles are exported, the running workloads' among them."""
     foresight = Foresight(max_exported_workloads=2)
@@ -178,7 +192,8 @@ def test_exported_profiles_are_capped_running_first():
     running = Job(pid=99, start=2000.0, duration=100.0, cmdline="python job0.py")
     foresight.observe(mps_gpu_snapshot(2005.0, [running]), now=2005.0)
     workloads = {s.labels["workload"] for s in scrape(foresight)["gpushare_workload_profile_peak_bytes"]}
-    assert len(workloads) == 2 and workload_label("python job0.py") in workloads
+    # H100: 81559 MiB - 512 MiB reserved = 79.1 GiB usable, so profiles are learned "@79GiB".
+    assert len(workloads) == 2 and workload_label("python job0.py@79GiB") in workloads
     assert scrape(foresight)["gpushare_workload_profiles"][0].value == 5
 
 

@@ -13,6 +13,7 @@ from exporter.foresight.workload import (
     kubernetes_owner,
     normalize_cmdline,
     parse_rules,
+    profile_key,
     workload_key,
     workload_label,
 )
@@ -64,6 +65,27 @@ def test_uuids_dates_and_tmp_paths_are_masked():
         "python eval.py ckpt-3f2a9c1b-1d2e-4f00-9abc-0123456789ab run_20250103T101500 /tmp/job123/data"
     )
     assert key == "python eval.py ckpt-* run_* *"
+
+
+def test_unquoted_prompt_from_proc_is_dropped_up_to_the_next_flag():
+    """/proc joins argv with spaces, so a multi-word prompt is several tokens; all of them go."""
+    a = normalize_cmdline("python generate.py --prompt a cat surfing --size 1280*704")
+    b = normalize_cmdline("python generate.py --prompt a red fox in snow --size 1280*704")
+    assert a == b == "python generate.py --size 1280*704"
+
+
+def test_long_numbers_in_paths_are_masked():
+    """A notebook kernel file named after its port is the same notebook."""
+    a = normalize_cmdline("python3 -m ipykernel_launcher -f /home/u1/runtime/kernel-9005.json")
+    b = normalize_cmdline("python3 -m ipykernel_launcher -f /home/u1/runtime/kernel-9123.json")
+    assert a == b and "kernel-*.json" in a
+
+
+def test_profile_key_names_the_device_size():
+    """Profiles are kept per device size, in whole GiB; without a size the key is unchanged."""
+    assert profile_key("wan", 81559 * 2**20 - 512 * 2**20) == "wan@79GiB"
+    assert profile_key("wan", 40448 * 2**20) == "wan@40GiB"
+    assert profile_key("wan", None) == "wan"
 
 
 def test_negative_numbers_are_values_not_flags():

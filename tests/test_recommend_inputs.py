@@ -132,7 +132,8 @@ def test_snapshot_gives_gpus_layouts_workloads_and_shared_devices(tmp_path):
 
 
 def test_snapshot_series_learns_a_timeline_for_a_whole_job(tmp_path):
-    """JSON Lines over time: a job that starts and ends inside the series gets its memory timeline."""
+    """JSON Lines over time: a job that ends inside the series gets its memory timeline, each interval
+    between two looks holding the larger sample (a spike may start right after a look)."""
     memory = {1: None, 2: 2, 3: 6, 4: 9, 5: None}
     lines = [json.dumps(snapshot(10.0 * t, [_proc(7, 0, m * GIB)] if m else [])) for t, m in memory.items()]
     path = tmp_path / "series.jsonl"
@@ -142,7 +143,7 @@ def test_snapshot_series_learns_a_timeline_for_a_whole_job(tmp_path):
     (w,) = fleet.to_demand().workloads
     assert w.name == "gpu-node:python3[7]"
     assert w.peak_memory_bytes == 9 * GIB
-    assert w.timeline == ((0.0, 2 * GIB), (10.0, 6 * GIB), (20.0, 9 * GIB), (30.0, 9 * GIB))
+    assert w.timeline == ((0.0, 6 * GIB), (10.0, 6 * GIB), (10.0, 9 * GIB), (30.0, 9 * GIB))
 
 
 @pytest.mark.parametrize("text,problem", [

@@ -7,10 +7,8 @@ memory its processes are expected to hold *at the same moment*:
 
 where ``other`` is memory in use that no listed process accounts for, and ``m_p(tau)`` is
 process p's expected memory ``tau`` seconds from now: its learned timeline read at its
-current age plus tau, scaled by the run's level (a run using 60 % of what its profile used
-at the same ages is expected to peak at 60 % of the learned peak; never scaled up), never
-below what it uses now, and zero once its learned duration is over. A process without a
-usable profile counts with what it uses now, for ever.
+current age plus tau, never below what it uses now, and zero once its learned duration is
+over. A process without a usable profile counts with what it uses now, for ever.
 
 This is why three jobs that peak in their last 30 s collide when started together but not
 when started a minute apart, while the plain sum of expected peaks (also exported, as
@@ -46,8 +44,7 @@ class ProcessState:
     used_bytes: int  # memory in use now, bytes
     age_seconds: float  # seconds since it started
     profile: WorkloadProfile | None  # its workload's profile, if any
-    peak_reached_age: float | None = None  # age when it first came within PEAK_BAND of its expected peak
-    level: float = 1.0  # size of this run next to its profile (0..1], see RunRecorder.level
+    peak_reached_age: float | None = None  # age when it first came within PEAK_BAND of the learned peak
 
 
 @dataclass(frozen=True)
@@ -70,11 +67,11 @@ class DeviceForecast:
         return self.capacity_bytes - self.peak_demand_bytes
 
 
-def expected_peak(used_bytes: int, profile: WorkloadProfile | None, level: float = 1.0) -> int:
-    """The learned peak of the process's workload at this run's level, but at least what it uses now."""
+def expected_peak(used_bytes: int, profile: WorkloadProfile | None) -> int:
+    """The learned peak of the process's workload, but at least what it uses now (bytes)."""
     if profile is None or not profile.usable:
         return used_bytes
-    return max(used_bytes, int(profile.peak_bytes * level))
+    return max(used_bytes, profile.peak_bytes)
 
 
 def has_peaked(process: ProcessState) -> bool:
@@ -134,15 +131,15 @@ def process_curve(p: ProcessState, slowdown: float = 1.0, grace: float = 0.0) ->
     for (age, value), end in zip(timeline, ends):
         if end <= position:
             continue
-        steps.append((max(0.0, (age - position) * slowdown), max(int(value * p.level), p.used_bytes)))
+        steps.append((max(0.0, (age - position) * slowdown), max(value, p.used_bytes)))
     if not steps or steps[0][0] > 0.0:  # timeline starts after the run's age 0: hold what it uses
         steps.insert(0, (0.0, p.used_bytes))
     return tuple(steps), (duration - position) * slowdown
 
 
-def fresh_curve(profile: WorkloadProfile, start_in: float, level: float = 1.0) -> Curve:
-    """Expected memory of a run of ``profile`` (at ``level``) that starts ``start_in`` seconds from now."""
-    steps = tuple((start_in + age, int(value * level)) for age, value in profile.scaled_timeline())
+def fresh_curve(profile: WorkloadProfile, start_in: float) -> Curve:
+    """Expected memory of a run of ``profile`` that starts ``start_in`` seconds from now."""
+    steps = tuple((start_in + age, value) for age, value in profile.scaled_timeline())
     return steps, start_in + float(profile.duration_seconds)
 
 
@@ -186,7 +183,7 @@ def forecast_device(
     curves = [process_curve(p, slowdown, grace) for p in processes]
     totals = demand_profile(curves, other_bytes)
     peak_demand = max(total for _, total in totals)
-    peak_sum = other_bytes + sum(expected_peak(p.used_bytes, p.profile, p.level) for p in processes)
+    peak_sum = other_bytes + sum(expected_peak(p.used_bytes, p.profile) for p in processes)
     contention_in = None
     at_contention: dict[int, int] = {}
     if capacity_bytes is not None:
@@ -226,7 +223,7 @@ def stagger_needed(processes: Sequence[ProcessState], capacity_bytes: int, other
     longest = max(float(p.profile.duration_seconds) for p in profiled)
     spacing = STAGGER_STEP_SECONDS
     while spacing <= longest + STAGGER_STEP_SECONDS:
-        curves = [fresh_curve(p.profile, i * spacing, p.level) for i, p in enumerate(profiled)]
+        curves = [fresh_curve(p.profile, i * spacing) for i, p in enumerate(profiled)]
         if max(total for _, total in demand_profile(curves, fixed)) <= capacity_bytes:
             return spacing
         spacing += STAGGER_STEP_SECONDS

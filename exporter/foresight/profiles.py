@@ -12,7 +12,6 @@ the envelope never under-states what the run used at any age it covers.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, replace
 
 Timeline = tuple[tuple[float, int], ...]  # ((age_seconds, bytes), ...) ascending ages, steps
@@ -21,8 +20,6 @@ MAX_TIMELINE_STEPS = 32  # steps kept per profile (about 0.5 KiB of JSON)
 MAX_RUN_POINTS = 512  # raw samples kept per live run before compaction kicks in
 PEAK_BAND = 0.9  # "at its peak" means at or above 90 % of the peak
 PEAK_DECAY = 0.25  # a lower peak moves the learned peak down by this share of the gap
-LEVEL_SAMPLES = 64  # recent samples the level of a run is the median of
-MIN_LEVEL = 0.1  # a run is never taken as smaller than a tenth of its profile
 
 
 @dataclass(frozen=True)
@@ -67,15 +64,6 @@ class WorkloadProfile:
             return self.timeline
         factor = self.peak_bytes / top
         return tuple((age, int(round(v * factor))) for age, v in self.timeline)
-
-    def value_at(self, age: float) -> int:
-        """Bytes the scaled timeline gives at ``age`` seconds (0 before its first step)."""
-        value = 0
-        for start, v in self.scaled_timeline():
-            if start > age:
-                break
-            value = v
-        return value
 
     def peak_width_seconds(self) -> float:
         """How long a run stays within PEAK_BAND of its peak, seconds (0 when unknown)."""
@@ -143,8 +131,6 @@ class RunRecorder:
         self.peak_offset = 0.0
         self.last_age = 0.0
         self.samples = 0
-        # used / learned bytes at the same age, recent samples: how big this run is next to its profile
-        self.levels: deque[float] = deque(maxlen=LEVEL_SAMPLES)
 
     def add(self, now: float, used_bytes: int) -> None:
         """Record one observation taken at Unix time ``now``."""
@@ -156,17 +142,6 @@ class RunRecorder:
         self.points.append((age, used_bytes))
         if len(self.points) > MAX_RUN_POINTS:
             self.points = list(compact_envelope(self.points, MAX_RUN_POINTS // 2))
-
-    def level(self) -> float:
-        """Median of the recent level samples, within [MIN_LEVEL, 1]; 1 without samples.
-
-        Only ever scales a profile down: a run bigger than its profile is already covered by
-        forecasts never going below current use.
-        """
-        if not self.levels:
-            return 1.0
-        ordered = sorted(self.levels)
-        return min(1.0, max(MIN_LEVEL, ordered[len(ordered) // 2]))
 
     def first_age_at_or_above(self, threshold: float) -> float | None:
         """Age (seconds) of the first sample using at least ``threshold`` bytes; None if none did."""

@@ -26,7 +26,7 @@ from exporter.foresight.result import (
     process_sharing,
 )
 from exporter.foresight.store import DEFAULT_MAX_PROFILES, ProfileStore, export_json, import_json
-from exporter.foresight.workload import WorkloadRule, workload_key, workload_label
+from exporter.foresight.workload import WorkloadRule, profile_key, workload_key, workload_label
 from exporter.snapshot import GpuInfo, ProcessInfo, Snapshot
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,6 @@ FULL_FRACTION = 0.97  # a run that vanished from a shared device this full may h
 STALE_RUN_SECONDS = 3600.0  # forget runs on GPUs we could not read for this long
 LATE_START_SECONDS = 60.0  # a run first seen this long after its start was not watched from its start
 DEFAULT_POLL_INTERVAL = 15.0  # assumed until two polls have been seen
-LEVEL_FROM = 0.25  # level samples start where the profile holds this share of its peak
 
 RunId = tuple[str, "int | None", int]  # (GPU uuid, gi, pid)
 
@@ -168,11 +167,8 @@ class Foresight:
         for proc in domain.processes:
             run = self._track((gpu.uuid, proc.gi, proc.pid), proc, now, domain, sim_time)
             profile = self._usable(run.key)
-            level, reached = 1.0, None
-            if profile is not None:
-                level = self._level(run, profile, proc, now, capacity)
-                reached = run.first_age_at_or_above(PEAK_BAND * profile.peak_bytes * level)
-            states.append(ProcessState(proc.pid, proc.used_memory_bytes or 0, run.age(now), profile, reached, level))
+            reached = None if profile is None else run.first_age_at_or_above(PEAK_BAND * profile.peak_bytes)
+            states.append(ProcessState(proc.pid, proc.used_memory_bytes or 0, run.age(now), profile, reached))
             keys.append(run.key)
         window = self._trend((gpu.uuid, domain.gi), now, used)
         other = (used or 0) - sum(s.used_bytes for s in states)
@@ -181,28 +177,11 @@ class Foresight:
         contended = forecast.contention_in_seconds is not None
         rows = [
             ProcessRow(gpu.index, gpu.uuid, proc.gi, proc.pid, proc.name, process_sharing(gpu, proc),
-                       workload_label(key), expected_peak(state.used_bytes, state.profile, state.level),
+                       workload_label(key), expected_peak(state.used_bytes, state.profile),
                        forecast.at_contention_bytes.get(proc.pid) if contended else None)
             for proc, state, key in zip(domain.processes, states, keys)
         ]
         return device, rows
-
-    @staticmethod
-    def _level(run: RunRecorder, profile: WorkloadProfile, proc: ProcessInfo, now: float,
-               capacity: int | None) -> float:
-        """How big this run is next to its profile (see RunRecorder.level).
-
-        Samples are taken once the profile says the run holds at least LEVEL_FROM of its peak
-        (earlier, ramp timing dominates the ratio). Before the first sample, a profile learned
-        on a larger device is scaled by the ratio of the device sizes: the same command line
-        often sizes itself to the device (batch size, memory fraction).
-        """
-        learned = profile.value_at(run.age(now))
-        if proc.used_memory_bytes is not None and learned >= LEVEL_FROM * profile.peak_bytes and learned > 0:
-            run.levels.append(proc.used_memory_bytes / learned)
-        if run.levels or not capacity or not profile.device_bytes:
-            return run.level()
-        return min(1.0, capacity / profile.device_bytes)
 
     def _track(self, run_id: RunId, proc: ProcessInfo, now: float, domain: MemoryDomain,
                sim_time: float | None) -> RunRecorder:
@@ -211,7 +190,7 @@ class Foresight:
         fill = used / capacity if capacity and used is not None else 0.0
         neighbours = len(domain.processes)
         live = self._live.get(run_id)
-        key = self._key(proc)
+        key = profile_key(self._key(proc), capacity)
         if live is None or live.run.key != key:  # a new process, or its pid now runs another workload
             start, watched = self._start_of(proc, now, sim_time)
             run = RunRecorder(key, start, watched, capacity)

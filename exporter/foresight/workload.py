@@ -222,6 +222,18 @@ def _builtin_key(cmdline: str, name: str, environ: Mapping[str, str]) -> str:
     return name or "unknown"
 
 
+def profile_key(key: str, capacity_bytes: int | None) -> str:
+    """The key profiles are learned under: the workload key plus the size of its device.
+
+    The same command often sizes itself to its device (a batch size, a memory fraction), so
+    what it did in a 10 GB MIG instance says little about what it does on an 80 GB GPU:
+    ``python3 serve.py@80GiB`` and ``python3 serve.py@10GiB`` are learned separately.
+    """
+    if not capacity_bytes:
+        return key
+    return f"{key}@{round(capacity_bytes / 2**30)}GiB"
+
+
 def workload_label(key: str) -> str:
     """A short label value for a key: the key itself if short, else a prefix plus a hash.
 

@@ -2,8 +2,9 @@
 
 A workload is one process on one GPU of one node, keyed (node, GPU uuid, pid). Its peak is
 the largest memory seen; its compute need the mean SM-equivalents; its memory timeline is
-kept only when its start and its end both fall inside the observation (otherwise the
-"timeline" would be a fragment and a stagger computed from it a guess).
+kept when its end falls inside the observation (it disappeared before the last look), so
+the whole run up to its final peak was seen. The timeline starts at its first sample: for a
+process already running at the first look the start may be cut off, which the report says.
 """
 
 from __future__ import annotations
@@ -17,6 +18,22 @@ from exporter.catalog import GpuModel
 from exporter.recommend.demand import DEFAULT_OBSERVED_MARGIN, Demand, FleetGpu, SharedDevice, Workload
 
 MIN_TIMELINE_SAMPLES = 3
+
+
+def held_max(points) -> tuple:
+    """Samples (t, bytes) as a step timeline holding, between two samples, the larger of them.
+
+    Memory between two looks is unknown; a spike seen at one sample may have begun right
+    after the previous one. Linear interpolation would shorten every spike by up to one
+    sampling interval, and a stagger computed from it would be too tight.
+    """
+    out: list = []
+    for (t0, v0), (t1, v1) in zip(points, points[1:]):
+        high = max(v0, v1)
+        for point in ((t0, high), (t1, high)):
+            if not out or out[-1] != point:
+                out.append(point)
+    return tuple(out) if out else tuple(points)
 
 
 @dataclass
@@ -89,7 +106,7 @@ class ObservedFleet:
     def set_timeline(self, node: str, uuid: str, pid: int, points: tuple) -> None:
         proc = self._procs.get((node, uuid, pid))
         if proc is not None and len(points) >= MIN_TIMELINE_SAMPLES:
-            proc.timeline = points
+            proc.timeline = held_max(points)
 
     @staticmethod
     def _name(proc: _Process) -> str:
@@ -105,10 +122,12 @@ class ObservedFleet:
         if len(points) < MIN_TIMELINE_SAMPLES:
             return None
         first, last = points[0][0], points[-1][0]
-        if first <= times[0] or last >= times[-1]:
-            return None  # started before or still running after the observation
+        if last >= times[-1]:
+            return None  # still running at the last look: its end (often its peak) is unknown
+        if first <= times[0]:
+            self.note(f"{self._name(proc)}: running at the first look, its timeline may miss its start")
         after = next(t for t in times if t > last)  # it was gone by then: assume it ran until it
-        return tuple((t - first, m) for t, m in points) + ((after - first, points[-1][1]),)
+        return held_max([(t - first, m) for t, m in points] + [(after - first, points[-1][1])])
 
     def to_demand(self, margin: float | None = None) -> Demand:
         margin = DEFAULT_OBSERVED_MARGIN if margin is None else margin

@@ -212,5 +212,5 @@ def _timelines(client, fleet, node_label, node, uuid, gi, end, seconds, step):
         if _pid(s["metric"]) is None or len(values) < 3 or values[0][0] <= start + step or values[-1][0] >= end - step:
             continue  # started before the window or still running: not a whole life
         t0 = values[0][0]
-        points = tuple((t - t0, int(v)) for t, v in values) + ((values[-1][0] + step - t0, int(values[-1][1])),)
+        points = [(t - t0, int(v)) for t, v in values] + [(values[-1][0] + step - t0, int(values[-1][1]))]
         fleet.set_timeline(node, uuid, _pid(s["metric"]), points)

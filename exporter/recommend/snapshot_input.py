@@ -62,7 +62,7 @@ def load_snapshot_files(specs: list[str], fleet: ObservedFleet) -> None:
             raise UserError(f"--snapshot {path}: {exc.strerror or exc}") from None
         snapshots = parse_snapshot_text(text, path)
         fleet.source(f"snapshot {path} (node {node}, {len(snapshots)} snapshot(s))")
-        for snap in sorted(snapshots, key=lambda s: _number(s.get("timestamp"), 0.0)):
+        for snap in sorted(snapshots, key=snapshot_time):
             add_snapshot(fleet, node, snap, path)
 
 
@@ -90,9 +90,18 @@ def _number(value, default):
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
+def snapshot_time(snap: dict) -> float:
+    """Seconds of the snapshot: scenario time under --simulate (polls can be taken at any
+    scenario time, the wall clock says nothing), else the wall-clock timestamp."""
+    sim = snap.get("simulation")
+    if isinstance(sim, dict) and _number(sim.get("time_seconds"), None) is not None:
+        return float(sim["time_seconds"])
+    return _number(snap.get("timestamp"), 0.0)
+
+
 def add_snapshot(fleet: ObservedFleet, node: str, snap: dict, source: str) -> None:
     """Record one snapshot of ``node``: its GPUs, layouts and every process's usage."""
-    ts = _number(snap.get("timestamp"), 0.0)
+    ts = snapshot_time(snap)
     for i, gpu in enumerate(snap["gpus"]):
         where = f"{source}: gpus[{i}]"
         if not isinstance(gpu, dict):

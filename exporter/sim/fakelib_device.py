@@ -78,7 +78,7 @@ class DeviceCalls:
         dev = self._dev(handle)
         if not isinstance(dev, Dev):
             return dev
-        name = dev.model.nvml_name
+        name = dev.spec.product_name or dev.model.nvml_name
         if dev.is_mig:  # observed form: "NVIDIA H200 MIG 1g.18gb"
             name = f"{name} MIG {dev.inst.profile.name}"
         return write_string(buffer, length, name)

@@ -54,6 +54,7 @@ class GpuSpec:
     ecc_uncorrected: Timeline | None = None
     clock_event_reasons: tuple[tuple[float, tuple[str, ...]], ...] = ()  # (from t, reasons)
     compute_mode: str | None = None  # default | exclusive_process | prohibited
+    product_name: str | None = None  # NVML name when the scenario named a variant (e.g. "... PCIe")
 
 
 @dataclass(frozen=True)

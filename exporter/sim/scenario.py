@@ -198,8 +198,11 @@ def _gpu(raw: Any, path: str, position: int, scenario_name: str) -> GpuSpec:
                  f"{did_you_mean(mode, COMPUTE_MODES)}; use one of {', '.join(COMPUTE_MODES)}")
         series["compute_mode"] = mode
     reasons = _clock_reasons(raw.get("clock_event_reasons") or [], key(path, "clock_event_reasons"))
+    # A scenario that names a product variant ("NVIDIA A100 80GB PCIe") gets that NVML name back.
+    given = str(raw["model"]).strip().lower()
+    product = next((a for a in model.aliases if a.lower() == given and a.startswith(("NVIDIA ", "Tesla "))), None)
     return GpuSpec(index=index, model=model.key, uuid=uuid, pci_bus_id=pci.upper(), mig=mig,
-                   mps=mps, clock_event_reasons=reasons, **series)
+                   mps=mps, clock_event_reasons=reasons, product_name=product, **series)
 
 
 def _clock_reasons(raw: Any, path: str) -> tuple[tuple[float, tuple[str, ...]], ...]:
