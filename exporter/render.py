@@ -20,6 +20,7 @@ from prometheus_client.openmetrics import exposition as openmetrics
 from exporter.collectors import GuardedCollectors, PollStats, default_collectors
 from exporter.collectors.base import SnapshotSource
 from exporter.collectors.guard import Collector
+from exporter import snapshot_json
 from exporter.snapshot import Snapshot
 
 TEXT_CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
@@ -50,6 +51,7 @@ class Exposition:
         self.text: bytes = generate_latest(_FrozenFamilies(self._families))
         self._lock = threading.Lock()
         self._memo: dict[tuple[bool, bool], bytes] = {(False, False): self.text}
+        self._json: bytes | None = None
 
     def body(self, *, openmetrics_format: bool, gzipped: bool) -> bytes:
         """The exposition in the asked format; each variant is computed at most once."""
@@ -73,6 +75,15 @@ class Exposition:
             cached = openmetrics.generate_latest(_FrozenFamilies(self._families))
             self._memo[(openmetrics_format, False)] = cached
         return cached
+
+    def snapshot_json(self) -> bytes | None:
+        """The snapshot as JSON (for /api/v1/snapshot), rendered at most once; None before a poll."""
+        if self.snapshot is None:
+            return None
+        with self._lock:
+            if self._json is None:
+                self._json = snapshot_json.dumps(self.snapshot).encode()
+            return self._json
 
     @staticmethod
     def content_type(openmetrics_format: bool) -> str:

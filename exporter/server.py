@@ -1,7 +1,7 @@
 """HTTP front end (aiohttp): serves the poller's cached exposition, health and a landing page.
 
 No request ever triggers a driver call: /metrics hands out bytes rendered by the
-poller thread. Routes: GET/HEAD on ``/``, ``/metrics`` and ``/health``; other paths
+poller thread. Routes: GET/HEAD on ``/``, ``/metrics``, ``/health`` and ``/api/v1/snapshot``; other paths
 404, other methods 405 with an Allow header; an unexpected error is a one-line 500,
 never a traceback.
 """
@@ -77,6 +77,7 @@ class _Handlers:
             "/": self.landing,
             "/metrics": self.metrics,
             "/health": self.health,
+            "/api/v1/snapshot": self.snapshot,
         }
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
@@ -114,6 +115,14 @@ class _Handlers:
     async def health(self, request: web.Request) -> web.StreamResponse:
         health = self.poller.health()
         return _text(200 if health.ok else 503, health.reason)
+
+    async def snapshot(self, request: web.Request) -> web.StreamResponse:
+        """The latest successful poll as JSON (what `exporter snapshot` prints); input of `recommend --from`."""
+        exposition = self.poller.exposition
+        body = exposition.snapshot_json() if exposition is not None else None
+        if body is None:
+            return _text(503, "no snapshot yet: no poll has succeeded", **{"Retry-After": "1"})
+        return web.Response(body=body, content_type="application/json", headers={"Cache-Control": "no-store"})
 
     async def landing(self, request: web.Request) -> web.StreamResponse:
         return web.Response(text=landing_page(self.poller), content_type="text/html", charset="utf-8")

@@ -143,7 +143,7 @@ def test_snapshot_series_learns_a_timeline_for_a_whole_job(tmp_path):
     (w,) = fleet.to_demand().workloads
     assert w.name == "gpu-node:python3[7]"
     assert w.peak_memory_bytes == 9 * GIB
-    assert w.timeline == ((0.0, 6 * GIB), (10.0, 6 * GIB), (10.0, 9 * GIB), (30.0, 9 * GIB))
+    assert w.timeline == ((0.0, 6 * GIB), (10.0, 6 * GIB), (10.0, 9 * GIB), (20.0, 9 * GIB), (30.0, 9 * GIB))
 
 
 @pytest.mark.parametrize("text,problem", [

@@ -117,6 +117,23 @@ async def test_head_has_headers_but_no_body(served):
     assert status == 200 and body == b""
 
 
+async def test_snapshot_json_endpoint(served):
+    """/api/v1/snapshot is 503 before a poll, then the poll's snapshot as JSON, rendered once."""
+    import json
+
+    poller, server, session, _ = served
+    status, _, body = await get(session, server.url + "api/v1/snapshot")
+    assert status == 503 and b"no snapshot" in body
+    poller.poll_once()
+    status, headers, body = await get(session, server.url + "api/v1/snapshot")
+    assert status == 200 and headers["Content-Type"].startswith("application/json")
+    data = json.loads(body)
+    expected = poller.exposition.snapshot
+    assert [g["uuid"] for g in data["gpus"]] == [g.uuid for g in expected.gpus]
+    assert set(data["call_errors"]) == {f"{c}/{e}" for c, e in expected.call_errors}
+    assert poller.exposition.snapshot_json() is poller.exposition.snapshot_json()
+
+
 async def test_unknown_path_404(served):
     """Paths other than /, /metrics and /health are 404."""
     _, server, session, _ = served

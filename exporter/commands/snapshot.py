@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import math
 import sys
-from typing import Any, Mapping
 
-from exporter import commands
+from exporter import commands, snapshot_json
 from exporter.errors import NoGpuError, UserError
 from exporter.logging_setup import configure_logging
 
@@ -34,23 +31,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def to_jsonable(value: Any) -> Any:
-    """dataclasses.asdict, except that any Mapping is followed and tuple keys become 'a/b' strings."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {_key(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
-    return value
-
-
-def _key(key: Any) -> str:
-    if isinstance(key, tuple):
-        return "/".join("" if part is None else str(part) for part in key)
-    return str(key)
-
-
 def run(args: argparse.Namespace) -> int:
     settings = commands.settings_from_args(args)
     configure_logging(settings.log_level, settings.log_format)
@@ -70,6 +50,5 @@ def run(args: argparse.Namespace) -> int:
         snapshot = backend.poll()
     finally:
         backend.close()
-    json.dump(to_jsonable(snapshot), sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    sys.stdout.write(snapshot_json.dumps(snapshot, indent=2) + "\n")
     return 0
