@@ -21,6 +21,7 @@ from exporter.errors import UserError
 COMMANDS: list[tuple[str, str]] = [
     ("serve", "exporter.commands.serve"),
     ("snapshot", "exporter.commands.snapshot"),
+    ("recommend", "exporter.recommend.command"),
 ]
 
 log = logging.getLogger(__name__)

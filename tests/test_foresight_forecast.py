@@ -11,6 +11,7 @@ from exporter.foresight.forecast import (
     exhaustion_eta,
     forecast_device,
     process_curve,
+    profile_matches,
 )
 from exporter.foresight.profiles import WorkloadProfile
 from foresight_scenarios import GiB
@@ -137,6 +138,22 @@ def test_early_peaking_profiles_do_not_claim_a_slowdown():
     """A server that allocates everything in its first seconds says nothing about speed."""
     server = WorkloadProfile("srv", 20 * GiB, 5.0, 3600.0, 1, 10, ((0.0, 1 * GiB), (5.0, 20 * GiB)), 0.0)
     assert device_slowdown([ProcessState(1, 1 * GiB, 30.0, server)]) == 1.0
+
+
+@pytest.mark.parametrize(
+    "run_max,age,peaked,matches",
+    [
+        (22 * GiB, 200.0, False, True),  # loaded like the learned run
+        (8 * GiB, 200.0, False, False),  # same command, a third of the size: another kind of run
+        (40 * GiB, 200.0, False, False),  # far bigger than anything learned at this age
+        (2 * GiB, 2.0, False, False),  # still loading: nothing to compare yet
+        (22 * GiB, 700.0, False, True),  # late, not peaked: compared with what precedes the peak
+        (33 * GiB, 490.0, True, True),  # in its peak like the learned run
+    ],
+)
+def test_profile_is_used_only_for_runs_that_follow_it(run_max, age, peaked, matches):
+    """The most a run used so far must be within 30 % of what its profile held at those ages."""
+    assert profile_matches(WAN, run_max, age, peaked) is matches
 
 
 def test_exhaustion_eta_from_a_steady_leak():

@@ -119,7 +119,7 @@ def test_kill_during_writes_leaves_a_consistent_store(tmp_path):
 
 def test_json_round_trip(tmp_path):
     """Export then import gives back equal profiles."""
-    profiles = [profile("a"), WorkloadProfile("b", 7, 0.0, None, 0, 1, (), 3.0)]
+    profiles = [profile("a"), WorkloadProfile("b", 7, 0.0, None, 0, 1, (), 3.0, device_bytes=40 * 2**30)]
     assert import_json(export_json(profiles), "p.json") == profiles
 
 

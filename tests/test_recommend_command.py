@@ -110,3 +110,15 @@ def test_simulated_wan_node_gets_a_stagger_that_avoids_the_oom(tmp_path, capsys)
     worst = max(sum(_scenario_memory(t - o) for o in offsets) for t in range(0, 900))
     assert worst <= shared["capacity_bytes"]
     assert sum(_scenario_memory(540 + 10) for _ in range(3)) > shared["capacity_bytes"]  # together: OOM
+
+
+def test_fits_the_cli_registry(monkeypatch, capsys):
+    """Registered in exporter.cli like the other commands, it runs and reports errors the CLI way."""
+    from exporter import cli
+
+    if ("recommend", "exporter.recommend.command") not in cli.COMMANDS:
+        monkeypatch.setattr(cli, "COMMANDS", [*cli.COMMANDS, ("recommend", "exporter.recommend.command")])
+    assert cli.main(["recommend", "--workloads", str(EXAMPLES / "wan22-5b-x3.yaml"), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["models"][0]["gpus_needed"] == 2
+    assert cli.main(["recommend", "--workloads", "/nonexistent.yaml"]) == 2
+    assert capsys.readouterr().err.strip() == "exporter: error: --workloads /nonexistent.yaml: No such file or directory"

@@ -34,6 +34,8 @@ MAX_SLOWDOWN = 4.0  # never stretch learned timelines by more than this
 MIN_PEAK_OFFSET_FOR_SLOWDOWN = 60.0  # peaks this early say nothing about the device's speed
 LATE_PEAK_FRACTION = 0.5  # only profiles peaking in the second half of their life measure speed
 STAGGER_STEP_SECONDS = 5.0  # resolution of the stagger advice
+MATCH_FROM = 0.25  # a run is compared with its profile once the profile holds this share of its peak
+MATCH_TOLERANCE = 1.3  # ... and follows it while within this factor of what the profile held
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,27 @@ def expected_peak(used_bytes: int, profile: WorkloadProfile | None) -> int:
     if profile is None or not profile.usable:
         return used_bytes
     return max(used_bytes, profile.peak_bytes)
+
+
+def profile_matches(profile: WorkloadProfile, run_max_bytes: int, age: float, peaked: bool) -> bool:
+    """True when a run so far looks like the runs its profile was learned from.
+
+    Compares the most the run has used so far with the most the learned timeline holds at
+    the ages the run has gone through (up to, not including, the learned peak while the run
+    has not peaked, so a late run is compared with the part it did go through). A run
+    within a factor MATCH_TOLERANCE of it follows its profile; one that is far smaller or
+    larger is another kind of run under the same command line (another input, another
+    batch size, a device shared by more tenants), and its profile says nothing about it.
+    While the learned timeline is still below MATCH_FROM of its peak (the run is loading),
+    there is nothing to compare yet and the profile is not used either.
+    """
+    until = age if peaked else min(age, profile.peak_offset_seconds)
+    learned = max((v for start, v in profile.scaled_timeline() if start < until), default=0)
+    if peaked:  # the step it is in now counts too
+        learned = max([learned] + [v for start, v in profile.scaled_timeline() if start <= until])
+    if learned < MATCH_FROM * profile.peak_bytes:
+        return False
+    return learned / MATCH_TOLERANCE <= run_max_bytes <= learned * MATCH_TOLERANCE
 
 
 def has_peaked(process: ProcessState) -> bool:

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from exporter.foresight.forecast import ProcessState, exhaustion_eta, expected_peak, forecast_device
+from exporter.foresight.forecast import (
+    ProcessState,
+    exhaustion_eta,
+    expected_peak,
+    forecast_device,
+    profile_matches,
+)
 from exporter.foresight.profiles import PEAK_BAND, RunRecorder, WorkloadProfile, learn_run, learn_running
 from exporter.foresight.result import (
     DeviceRow,
@@ -168,6 +174,8 @@ class Foresight:
             run = self._track((gpu.uuid, proc.gi, proc.pid), proc, now, domain, sim_time)
             profile = self._usable(run.key)
             reached = None if profile is None else run.first_age_at_or_above(PEAK_BAND * profile.peak_bytes)
+            if profile is not None and not profile_matches(profile, run.peak_bytes, run.age(now), reached is not None):
+                profile, reached = None, None  # this run does not follow its workload's profile (yet)
             states.append(ProcessState(proc.pid, proc.used_memory_bytes or 0, run.age(now), profile, reached))
             keys.append(run.key)
         window = self._trend((gpu.uuid, domain.gi), now, used)

@@ -2,9 +2,11 @@
 
 Pipeline (each step a module, each a pure function of the one before except the inputs):
 
-    inputs (snapshot_input / prometheus_input / plan_file) -> demand.Demand
-    planner.plan_model (MILP optimum) + baselines (homogeneous, greedy) + mps -> report.Recommendation
-    outputs_* render a Recommendation as text, json, yaml, markdown, html or a mig-parted file.
+    inputs (snapshot_input / prometheus_input -> observed, or plan_file) -> demand.Demand
+    report.recommend: per GPU model planner.plan_mig (exact MILP over patterns.py), baselines
+    (homogeneous, greedy), mps / mps_pack (MPS advice), fleet_map -> result.Recommendation
+    outputs_* render a Recommendation as text, json, yaml, markdown, html (svg) or mig-parted;
+    command.py is the CLI (add_arguments / run).
 
 See docs/recommend.md for the model behind the numbers.
 """

@@ -28,12 +28,17 @@ def pack(model, workloads: list[Workload]) -> list[mps.MpsAdvice]:
     mem_left = np.zeros(n)  # per open GPU; only the first len(members) entries are live
     sms_left = np.zeros(n)
     count = np.zeros(n, dtype=int)
+    smallest = fitting[-1].peak_memory_bytes if fitting else 0
+    lo = 0  # GPUs before lo cannot take even the smallest workload: closed for good
+    staggerable = any(w.timeline for w in fitting)
     for w in fitting:
         need, sms = w.peak_memory_bytes, w.sms_on(model)
         live = len(members)
-        ok = np.flatnonzero((mem_left[:live] >= need) & (sms_left[:live] >= sms)
-                            & (count[:live] < mps.MAX_MPS_CLIENTS))
-        target = int(ok[0]) if len(ok) else _stagger_target(model, members, w, sms_left, count, sms)
+        while not staggerable and lo < live and (mem_left[lo] < smallest or count[lo] >= mps.MAX_MPS_CLIENTS):
+            lo += 1
+        ok = np.flatnonzero((mem_left[lo:live] >= need) & (sms_left[lo:live] >= sms)
+                            & (count[lo:live] < mps.MAX_MPS_CLIENTS))
+        target = lo + int(ok[0]) if len(ok) else _stagger_target(model, members, w, sms_left, count, sms)
         if target is None:
             members.append([])
             target = live

@@ -14,6 +14,8 @@ Errors are UserError naming the file and the path inside it.
 from __future__ import annotations
 
 import re
+from collections import Counter
+from functools import lru_cache
 from pathlib import Path
 
 import yaml
@@ -203,11 +205,11 @@ def _fleet(items, fail) -> list[FleetGpu]:
 
 
 def _layout(value, key, where, fail):
-    """Current layout given as {profile: count} (mig-parted style), placed first-fit."""
+    """Current layout given as {profile: count} (mig-parted style), at positions that fit."""
     if not isinstance(value, dict):
         fail(where, "expected {profile: count}, e.g. {\"3g.40gb\": 2}")
     model = catalog.MODELS[key]
-    placed: list[tuple[str, int]] = []
+    want: dict[str, int] = {}
     for name, count in value.items():
         try:
             model.profile(str(name))
@@ -215,9 +217,17 @@ def _layout(value, key, where, fail):
             fail(where, exc.args[0])
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             fail(f"{where}.{name}", f"expected a count >= 0, got {count!r}")
-        for _ in range(count):
-            start = catalog.first_free_start(model, placed, str(name))
-            if start is None:
-                fail(where, f"{count} x {name} do not fit on one {key} beside the others")
-            placed.append((str(name), start))
-    return tuple(placed)
+        if count:
+            want[str(name)] = count
+    if not want:
+        return ()
+    for layout in _layouts(key):  # any order of creation may fail where another works
+        if Counter(name for name, _ in layout) == want:
+            return layout
+    described = ", ".join(f"{n} x {p}" for p, n in want.items())
+    fail(where, f"{described} do not fit together on one {key}")
+
+
+@lru_cache(maxsize=None)
+def _layouts(key: str):
+    return catalog.enumerate_layouts(catalog.MODELS[key])

@@ -116,8 +116,10 @@ def plan_mig(mp: ModelPatterns, workloads: list[Workload]) -> MigSolution:
     if layouts is None:  # nothing better found in time: keep stage 3's layouts
         layouts, minimal = sol, False
     sol = np.round(np.concatenate([layouts[:model.U], sol[model.U:]])).astype(int)
-    if not model.placements_valid(sol):  # not a vertex (should not happen): re-solve exactly
-        fixed, ok = model.solve(objectives[2], [model.base], hold_usage=sol, integral=True)
+    if not model.placements_valid(sol):  # x was not a vertex (should not happen): with the
+        # layouts and usage held, the placement alone is a transportation problem, integral at
+        # its optimum, which reaches the same shortfall.
+        fixed, ok = model.solve(objectives[2], [model.base], hold_usage=sol, hold_layouts=True, integral=True)
         sol = np.round(fixed).astype(int)
 
     planned = _materialize(mp, sol, model, keys, classes)
@@ -222,16 +224,17 @@ class _Model:
         a = self.base.A
         return bool(np.all(np.abs(a @ sol - np.clip(a @ sol, self.base.lb, self.base.ub)) < 1e-6))
 
-    def solve(self, c, constraints, hold_usage=None, integral=False,
+    def solve(self, c, constraints, hold_usage=None, hold_layouts=False, integral=False,
               time_limit=STAGE_TIME_LIMIT_SECONDS, required=True):
-        """Optimal vector for objective c; with ``hold_usage``, u is held at its values."""
+        """Optimal vector for objective c; with ``hold_usage``, u (and with ``hold_layouts``
+        y and z too) is held at hold_usage's values."""
         from scipy.optimize import Bounds, milp
 
         lower = np.zeros(self.n)
         upper = self.upper.copy()
         integrality = np.ones(self.n) if integral else self.integrality
         if hold_usage is not None:
-            held = slice(self.U, self.X)
+            held = slice(0 if hold_layouts else self.U, self.X)
             lower[held] = upper[held] = np.round(hold_usage[held])
         result = milp(c, constraints=constraints, integrality=integrality,
                       bounds=Bounds(lower, upper),

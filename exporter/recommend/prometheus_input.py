@@ -204,10 +204,17 @@ def _load_chunk(client, fleet, chunk, node_label, w, mig, models, end, seconds):
 
 
 def _timelines(client, fleet, node_label, node, uuid, gi, end, seconds, step):
-    """Memory timelines of the processes on one shared device, kept when start and end are seen."""
+    """Memory timelines of the processes on one shared device, kept when start and end are seen.
+
+    Only fresh samples count: without the ``timestamp()`` filter a finished process would
+    linger for Prometheus's 5-minute lookback and its timeline would grow a false tail.
+    """
     sel = f'{node_label}="{node}",uuid="{uuid}",gi="{gi}"'
+    metric = f"gpushare_process_memory_used_bytes{{{sel}}}"
+    fresh = min(120, max(30, 2 * step))
+    query = f"{metric} and (time() - timestamp({metric}) < {fresh})"
     start = end - seconds
-    for s in client.query_range(f"gpushare_process_memory_used_bytes{{{sel}}}", start, end, step):
+    for s in client.query_range(query, start, end, step):
         values = [(float(t), float(v)) for t, v in s.get("values", [])]
         if _pid(s["metric"]) is None or len(values) < 3 or values[0][0] <= start + step or values[-1][0] >= end - step:
             continue  # started before the window or still running: not a whole life

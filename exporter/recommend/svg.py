@@ -21,8 +21,9 @@ STRANDED = "#b0b0b0"
 
 
 def colour(name: str) -> str:
-    """A stable, light colour for a workload name."""
-    hue = int(hashlib.sha1(name.encode()).hexdigest()[:6], 16) % 360
+    """A stable, light colour per workload kind: replicas ("llama#1", "llama#2") share it."""
+    kind = name.split("#", 1)[0]
+    hue = int(hashlib.sha1(kind.encode()).hexdigest()[:6], 16) % 360
     return f"hsl({hue},60%,68%)"
 
 

@@ -1,0 +1,176 @@
+"""One exporter's polls measured inside this process: where the CPU goes, which NVML calls.
+
+The simulator is Python, so a poll's CPU time includes work a real driver would do in C
+(or in the kernel). To compare exporters on what *they* cost, every call into the fake C
+library is timed (thread CPU time, so GIL waits are not counted) and reported apart:
+
+    total = simulated driver (fake lib) + simulation advance + exporter (reads + pynvml) + render
+
+``pynvml``'s own Python wrappers (ctypes structs, byref, decoding) run on a real GPU too,
+so they count as the exporter's. Per-call counts come from ``Simulation.call_counts``
+(C symbols) and, for gpushare, from the NvmlCaller choke point (API calls).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from statistics import median
+
+from exporter.sim import fakelib
+
+
+class FakeLibTimer:
+    """Accumulates the thread CPU seconds spent inside the fake C library while installed."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._lock = threading.Lock()
+        self._original = None
+
+    def install(self) -> None:
+        original = self._original = fakelib._Symbol.__call__
+        timer = self
+
+        def timed(symbol, *args):
+            start = time.thread_time()
+            try:
+                return original(symbol, *args)
+            finally:
+                spent = time.thread_time() - start
+                with timer._lock:
+                    timer.seconds += spent
+
+        fakelib._Symbol.__call__ = timed
+
+    def uninstall(self) -> None:
+        if self._original is not None:
+            fakelib._Symbol.__call__ = self._original
+            self._original = None
+
+
+@dataclass
+class PollCost:
+    """Median per-poll figures over the measured polls (seconds of CPU, counts of calls)."""
+
+    polls: int
+    cpu_total: float
+    cpu_fake_driver: float
+    cpu_sim_advance: float
+    cpu_render: float
+    wall: float
+    c_calls: int  # C symbols called (Simulation.call_counts), pynvml size probes included
+    api_calls: int | None  # calls through the exporter's choke point (gpushare only)
+    c_calls_by_symbol: Counter = field(default_factory=Counter)
+    api_calls_by_name: Counter = field(default_factory=Counter)
+
+    @property
+    def cpu_exporter(self) -> float:
+        """CPU of the exporter proper: total minus the simulated driver and simulation."""
+        return max(0.0, self.cpu_total - self.cpu_fake_driver - self.cpu_sim_advance)
+
+
+class _Span:
+    """process-CPU seconds spent in wrapped calls (the caller's thread only)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def wrap(self, fn):
+        def wrapped(*args, **kwargs):
+            start = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds += time.process_time() - start
+        return wrapped
+
+
+@contextmanager
+def _patched(obj, name: str, replacement):
+    original = getattr(obj, name)
+    setattr(obj, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(obj, name, original)
+
+
+def measure_polls(sim, poll, polls: int, advance=None, render_span: _Span | None = None,
+                  api_counter: Counter | None = None) -> PollCost:
+    """Run ``advance()`` then ``poll()``, ``polls`` times; the median of each figure.
+
+    ``sim`` is the installed Simulation (its ``advance_to`` is timed as simulation work
+    wherever it is called from); ``api_counter`` is the exporter's cumulative per-call Counter.
+    """
+    timer = FakeLibTimer()
+    timer.install()
+    sim_span = _Span()
+    rows = []
+    try:
+        with _patched(sim, "advance_to", sim_span.wrap(sim.advance_to)):
+            for _ in range(polls):
+                if advance is not None:
+                    advance()
+                before_c = Counter(sim.call_counts)
+                before_api = Counter(api_counter) if api_counter is not None else None
+                fake0, sim0 = timer.seconds, sim_span.seconds
+                render0 = render_span.seconds if render_span else 0.0
+                cpu0, wall0 = time.process_time(), time.perf_counter()
+                poll()
+                cpu1, wall1 = time.process_time(), time.perf_counter()
+                c_delta = sim.call_counts - before_c
+                api_delta = (api_counter - before_api) if before_api is not None else Counter()
+                rows.append((cpu1 - cpu0, timer.seconds - fake0, sim_span.seconds - sim0,
+                             (render_span.seconds - render0) if render_span else 0.0, wall1 - wall0,
+                             c_delta, api_delta))
+    finally:
+        timer.uninstall()
+    last = rows[-1]
+    return PollCost(
+        polls=polls,
+        cpu_total=median(r[0] for r in rows),
+        cpu_fake_driver=median(r[1] for r in rows),
+        cpu_sim_advance=median(r[2] for r in rows),
+        cpu_render=median(r[3] for r in rows),
+        wall=median(r[4] for r in rows),
+        c_calls=sum(last[5].values()),
+        api_calls=sum(last[6].values()) if api_counter is not None else None,
+        c_calls_by_symbol=last[5],
+        api_calls_by_name=last[6],
+    )
+
+
+def gpushare_polls(scenario_path, start_at: float, polls: int, warmup: int = 3):
+    """Poll gpushare's SimBackend+Poller ``polls`` times, one virtual second apart, in this process.
+
+    Returns (PollCost, the last Exposition).
+    """
+    from exporter import poller as poller_module
+    from exporter.backend.sim import SimBackend
+    from exporter.poller import Poller
+
+    backend = SimBackend(scenario_path)
+    clock = [start_at]
+    backend.step_to(start_at)
+    render_span = _Span()
+
+    def advance():
+        clock[0] += 1.0
+        backend.step_to(clock[0])  # the poll advances the simulation to it
+
+    with _patched(poller_module, "render", render_span.wrap(poller_module.render)):
+        poller = Poller(backend, 1.0)
+        backend.open()
+        try:
+            for _ in range(warmup):  # the first polls read identity, profiles, names: not steady state
+                advance()
+                poller.poll_once()
+            cost = measure_polls(backend.sim, poller.poll_once, polls, advance, render_span,
+                                 backend.nvml.caller.calls_by_name)
+            return cost, poller.exposition
+        finally:
+            backend.close()

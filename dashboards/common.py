@@ -1,0 +1,59 @@
+"""Variables, label selectors and PromQL fragments shared by the gpushare dashboards.
+
+Every query filters on the dashboard variables through regex matchers (``=~"$job"``), so the
+same text works for one value, several, or All (``allValue`` ``.*``). Series are joined
+``on(job, instance, uuid, ...)``: a GPU UUID is unique, but the same exporter scraped by two
+jobs would otherwise collide.
+"""
+
+from __future__ import annotations
+
+from dashboards.grafana import Variable
+
+JOB = Variable("job", "Job", "gpushare_exporter_build_info")
+INSTANCE = Variable("instance", "Exporter", "gpushare_exporter_build_info", 'job=~"$job"')
+GPU = Variable("gpu", "GPU", "gpushare_gpu_info", 'job=~"$job", instance=~"$instance"')
+FLEET_VARIABLES = (JOB, INSTANCE, GPU)
+# The GPU detail dashboard shows one GPU of one exporter.
+ONE_GPU_VARIABLES = (
+    Variable("job", "Job", "gpushare_exporter_build_info", multi=False),
+    Variable("instance", "Exporter", "gpushare_exporter_build_info", 'job=~"$job"', multi=False),
+    Variable("gpu", "GPU", "gpushare_gpu_info", 'job=~"$job", instance=~"$instance"', multi=False),
+)
+
+EXPORTER = 'job=~"$job", instance=~"$instance"'
+SELECTED = 'job=~"$job", instance=~"$instance", gpu=~"$gpu"'
+# Regex classes instead of backslash escapes: the text goes through JSON, Grafana and PromQL unchanged.
+MPS_SHARING = 'sharing=~"mps|mig[+]mps"'
+SHARED_GPU = 'sharing=~"mps|time_slicing"'
+
+GPU_LEGEND = "{{instance}} GPU {{gpu}}"
+MIG_LEGEND = "{{instance}} GPU {{gpu}} GI {{gi}} ({{profile}})"
+PROCESS_LEGEND = "{{instance}} GPU {{gpu}} {{process}} {{pid}}"
+
+GiB = 2**30
+
+
+def sel(metric: str, *matchers: str, scope: str = SELECTED) -> str:
+    """``metric{<dashboard selection>, <matchers>}``."""
+    return f"{metric}{{{', '.join((scope,) + matchers)}}}"
+
+
+def usable_gpu_memory() -> str:
+    """Memory processes can get on a whole GPU: total minus driver-reserved (total where reserved is unknown)."""
+    total = sel("gpushare_gpu_memory_total_bytes")
+    return f"(({total} - {sel('gpushare_gpu_memory_reserved_bytes')}) or {total})"
+
+
+def on_shared_gpus(expr: str) -> str:
+    """``expr`` limited to GPUs shared by MPS or time-slicing (where processes can take each other's memory)."""
+    return f"({expr}) and on(job, instance, uuid) {sel('gpushare_gpu_info', SHARED_GPU)}"
+
+
+def with_gpu_identity(expr: str) -> str:
+    """``expr`` with the GPU's name and sharing mode added from gpushare_gpu_info."""
+    return f"{expr} * on(job, instance, uuid) group_left(name, sharing) {sel('gpushare_gpu_info')}"
+
+
+LINKS = ({"asDropdown": False, "icon": "external link", "includeVars": True, "keepTime": True,
+          "tags": ["gpushare"], "targetBlank": False, "title": "gpushare", "type": "dashboards"},)

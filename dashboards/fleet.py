@@ -1,0 +1,128 @@
+"""Fleet overview: every GPU of the selected exporters, how it is shared, how busy and how full."""
+
+from __future__ import annotations
+
+from dashboards.common import (
+    EXPORTER, FLEET_VARIABLES, GPU_LEGEND, LINKS, MIG_LEGEND, GiB, on_shared_gpus, sel, usable_gpu_memory,
+    with_gpu_identity,
+)
+from dashboards.grafana import Column, Dashboard, Panel, Query, Row
+
+FIRING = sel("ALERTS", 'alertstate="firing"', scope=EXPORTER)
+FORECAST = " (forecast: needs the exporter's learned workload profiles)"
+
+inventory = Row("Fleet: what GPUs are there and how is each one shared?", (
+    Panel("GPUs", "stat", "short", (Query(f"count({sel('gpushare_gpu_info')})"),), width=3, height=4,
+          description="Physical GPUs the selected exporters report."),
+    Panel("GPUs lost", "stat", "short", (Query(f"sum(1 - {sel('gpushare_gpu_up')})"),), width=3, height=4,
+          thresholds=((1, "red"),),
+          description="GPUs that could not be read this poll (lost, or slower than --gpu-timeout)."),
+    Panel("MIG instances", "stat", "short",
+          (Query(f"count(count by (job, instance, uuid, gi) ({sel('gpushare_mig_info')}))"),), width=3, height=4,
+          description="MIG GPU instances (compute instances of one GPU instance count once)."),
+    Panel("Processes", "stat", "short", (Query(f"count({sel('gpushare_process_memory_used_bytes')})"),),
+          width=3, height=4, description="Processes holding a GPU context (MPS servers and clients included)."),
+    Panel("MPS clients", "stat", "short", (Query(f"sum({sel('gpushare_mps_clients')})"),), width=3, height=4,
+          description="Client processes of all MPS servers."),
+    Panel("Exporters", "stat", "short", (Query(f"count({sel('gpushare_exporter_build_info', scope=EXPORTER)})"),),
+          width=3, height=4, description="Exporters reporting in the selection."),
+    Panel("Alerts firing", "stat", "short",
+          (Query(f"count by (severity) ({FIRING})", "{{severity}}"),),
+          width=6, height=4, thresholds=((1, "orange"),), no_value="0",
+          description="Firing gpushare alerts by severity (load alerts/*.yml into Prometheus)."),
+    Panel("GPUs by sharing mode", "piechart", "short",
+          (Query(f"count by (sharing) ({sel('gpushare_gpu_info')})", "{{sharing}}"),), width=8,
+          description="exclusive: one process; time_slicing: several without MPS; mps; mig; mig+mps; idle."),
+    Panel("GPUs", "table", "bytes", (
+        Query(with_gpu_identity(sel("gpushare_gpu_memory_used_bytes"))),
+        Query(with_gpu_identity(sel("gpushare_gpu_memory_total_bytes"))),
+        Query(with_gpu_identity(sel("gpushare_gpu_sm_active_ratio"))),
+        Query(with_gpu_identity(sel("gpushare_gpu_power_watts"))),
+    ), columns=(Column("Memory used", "bytes"), Column("Memory total", "bytes"),
+                Column("SM active", "percentunit"), Column("Power", "watt")),
+        hide=("job", "uuid"), width=16,
+        description="One row per GPU: identity, sharing mode, memory, SM activity and power now."),
+))
+
+activity = Row("Utilisation: how busy are the GPUs?", (
+    Panel("SM active by GPU", "timeseries", "percentunit", (Query(sel("gpushare_gpu_sm_active_ratio"), GPU_LEGEND),),
+          minimum=0, maximum=1,
+          description="Fraction of time at least one warp was resident on an SM (GPM). Works under MIG too."),
+    Panel("Kernel time by GPU (driver utilization)", "timeseries", "percentunit",
+          (Query(sel("gpushare_gpu_utilization_ratio"), GPU_LEGEND),), minimum=0, maximum=1,
+          description="Fraction of the sample period in which a kernel ran. NVML has no value for MIG-enabled GPUs."),
+    Panel("Average SM active by sharing mode", "bargauge", "percentunit",
+          (Query(f"avg by (sharing) ({with_gpu_identity(sel('gpushare_gpu_sm_active_ratio'))})", "{{sharing}}"),),
+          minimum=0, maximum=1, thresholds=((0.2, "yellow"), (0.5, "green")), base_color="red",
+          description="Does a sharing mode pay off? Low values on exclusive GPUs are the under-used advice."),
+    Panel("Power by GPU", "timeseries", "watt", (Query(sel("gpushare_gpu_power_watts"), GPU_LEGEND),),
+          minimum=0, description="Board power draw."),
+))
+
+memory = Row("Memory headroom: how much is left now, and at the expected peak?", (
+    Panel("Memory used of usable, by GPU", "bargauge", "percentunit",
+          (Query(f"{sel('gpushare_gpu_memory_used_bytes')} / {usable_gpu_memory()}", GPU_LEGEND),),
+          minimum=0, maximum=1, thresholds=((0.8, "orange"), (0.95, "red")),
+          description="Used / (total - reserved). On a MIG GPU this is the sum over its instances."),
+    Panel("Memory used of instance, by MIG instance", "bargauge", "percentunit",
+          (Query(f"{sel('gpushare_mig_memory_used_bytes')} / {sel('gpushare_mig_memory_total_bytes')}",
+                 MIG_LEGEND),),
+          minimum=0, maximum=1, thresholds=((0.8, "orange"), (0.95, "red")),
+          description="Each MIG instance has its own memory: one instance can run out while the GPU has room."),
+    Panel("Free memory by GPU", "timeseries", "bytes", (Query(sel("gpushare_gpu_memory_free_bytes"), GPU_LEGEND),),
+          minimum=0, description="Framebuffer memory free."),
+    Panel("Headroom at the expected peak, shared GPUs", "bargauge", "bytes",
+          (Query(on_shared_gpus(sel("gpushare_gpu_memory_headroom_bytes")), GPU_LEGEND),),
+          thresholds=((0, "orange"), (4 * GiB, "green")), base_color="red",
+          description="Usable memory minus the time-aware peak demand of the processes on the GPU; negative means "
+                      "an out-of-memory is predicted" + FORECAST + "."),
+    Panel("Headroom at the expected peak, MIG instances", "bargauge", "bytes",
+          (Query(sel("gpushare_mig_memory_headroom_bytes"), MIG_LEGEND),),
+          thresholds=((0, "orange"), (GiB, "green")), base_color="red",
+          description="As on the left, per MIG instance" + FORECAST + "."),
+    Panel("Memory full at the current trend in", "stat", "s", (
+        Query(sel("gpushare_gpu_memory_exhaustion_eta_seconds"), GPU_LEGEND),
+        Query(sel("gpushare_mig_memory_exhaustion_eta_seconds"), MIG_LEGEND),
+    ), width=24, height=4, thresholds=((3600, "orange"), (4 * 3600, "green")), base_color="red",
+        no_value="not filling up",
+        description="Linear trend of used memory over the last 5 minutes; absent while memory is not growing."),
+))
+
+alerts = Row("Alerts: what is firing or about to fire?", (
+    Panel("gpushare alerts", "table", "none", (Query(sel("ALERTS", scope=EXPORTER)),), width=24,
+          hide=("job", "Value"), no_value="no alert",
+          description="Alerts from alerts/*.yml, firing or pending (waiting out their 'for'), with their labels."),
+))
+
+exporters = Row("Exporters: are they up and current?", (
+    Panel("Scrape up", "bargauge", "none", (Query(sel("up", scope=EXPORTER), "{{instance}}"),),
+          minimum=0, maximum=1, thresholds=((1, "green"),), base_color="red", width=6,
+          description="1 when Prometheus scraped the exporter last time."),
+    Panel("Age of the last successful poll", "bargauge", "s",
+          (Query(f"time() - {sel('gpushare_exporter_last_poll_timestamp_seconds', scope=EXPORTER)}",
+                 "{{instance}}"),),
+          minimum=0, thresholds=((60, "orange"), (120, "red")), width=6,
+          description="The exporter keeps serving its last poll; old means a stuck poller (GpushareExporterStale)."),
+    Panel("Collector success", "timeseries", "none",
+          (Query(sel("gpushare_exporter_collector_success", scope=EXPORTER), "{{instance}} {{collector}}"),),
+          minimum=0, maximum=1, width=6,
+          description="1 when the collector ran and its data was read this poll."),
+    Panel("Failed NVML calls", "timeseries", "cps",
+          (Query(f"sum by (instance, call, error) (rate({sel('gpushare_exporter_poll_errors_total', scope=EXPORTER)}"
+                 f"[$__rate_interval]))", "{{instance}} {{call}} {{error}}"),),
+          minimum=0, width=6,
+          description="Driver calls that failed, per second, by call and error class (NotSupported excluded)."),
+    Panel("Poll duration", "timeseries", "s",
+          (Query(sel("gpushare_exporter_poll_duration_seconds", scope=EXPORTER), "{{instance}}"),),
+          minimum=0, width=24, height=6, description="Wall time of the latest poll of all GPUs."),
+))
+
+DASHBOARD = Dashboard(
+    uid="gpushare-fleet",
+    title="gpushare / Fleet overview",
+    description="Shared NVIDIA GPUs of the selected exporters: sharing modes, utilisation, memory headroom, "
+                "alerts and exporter health.",
+    variables=FLEET_VARIABLES,
+    rows=(inventory, activity, memory, alerts, exporters),
+    links=LINKS,
+)

@@ -1,0 +1,166 @@
+"""Read dashboard JSON and rule files back: their queries, the metric names they use, the units they show.
+
+Used by tests/test_dashboards.py (and reusable for other checks of alerts/*.yml). The PromQL
+reading is deliberately small: strings, label matchers, ranges and label lists are blanked
+out, and what is left that looks like an identifier and is not a function or keyword is a
+metric name.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import yaml
+
+KEYWORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right", "bool",
+            "offset", "inf", "nan", "atan2",
+            # aggregation operators: "sum by (x) (...)" is not followed by "(" directly
+            "sum", "avg", "min", "max", "count", "stddev", "stdvar", "topk", "bottomk", "quantile", "count_values",
+            "group"}
+# Series Prometheus makes itself: scrape health and alert state.
+PROMETHEUS_SERIES = {"up", "ALERTS", "ALERTS_FOR_STATE", "scrape_duration_seconds", "scrape_samples_scraped",
+                     "scrape_samples_post_metric_relabeling", "scrape_series_added"}
+COUNTER_FUNCTIONS = ("rate", "irate", "increase", "resets")
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_BRACES = re.compile(r"\{[^{}]*\}")
+_BRACKETS = re.compile(r"\[[^\[\]]*\]")
+_LABEL_LIST = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)")
+_IDENT = re.compile(r"(?<![\w.:])([A-Za-z_:][\w:]*)(\s*\()?")
+_OFFSET = re.compile(r"\boffset\s+-?[\w.]+")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One panel query as Grafana stores it, with the unit Grafana shows its values in."""
+
+    dashboard: str  # uid
+    panel: str  # title
+    kind: str  # panel type
+    ref_id: str
+    expr: str
+    instant: bool
+    unit: str
+
+
+def blank(expr: str) -> str:
+    """``expr`` without strings, label matchers, ranges, offsets and label lists (what stays: names, operators)."""
+    text = _STRING.sub('""', expr)
+    text = _BRACES.sub("", text)
+    text = _BRACKETS.sub("", text)
+    text = _OFFSET.sub("", text)
+    return _LABEL_LIST.sub(r"\1", text)
+
+
+def metric_names(expr: str) -> list[str]:
+    """Metric (and recording rule) names ``expr`` selects, in order of appearance, without repeats."""
+    names: list[str] = []
+    for match in _IDENT.finditer(blank(expr)):
+        name, call = match.groups()
+        if call or name in KEYWORDS or name in names:
+            continue
+        names.append(name)
+    return names
+
+
+def counter_arguments(expr: str) -> list[str]:
+    """Metric names passed to rate(), irate(), increase() or resets() in ``expr``."""
+    out = []
+    text = _STRING.sub('""', expr)
+    for match in re.finditer(rf"\b({'|'.join(COUNTER_FUNCTIONS)})\s*\(", text):
+        depth, i = 1, match.end()
+        while depth and i < len(text):
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        out += metric_names(text[match.end():i - 1])
+    return out
+
+
+def expected_units(expr: str) -> set[str]:
+    """Grafana units that fit what ``expr`` computes, judged from its first metric's base-unit suffix."""
+    names = metric_names(expr)
+    if not names:
+        return set()
+    first, blanked = names[0], blank(expr)
+    if re.match(r"\s*count\b", blanked):
+        return {"short", "none"}
+    in_rate = first in counter_arguments(expr) and "increase" not in blanked
+    if first in PROMETHEUS_SERIES or first.endswith(("_info", "_up")):
+        return {"none", "short"}
+    if first.endswith("_bytes"):
+        return {"percentunit"} if "/" in blanked else {"bytes"}
+    if first.endswith("_seconds"):
+        return {"s"}
+    if first.endswith("_ratio"):
+        return {"percentunit"}
+    if first.endswith("_watts") or (first.endswith("_joules_total") and in_rate):
+        return {"watt"}
+    if first.endswith("_celsius"):
+        return {"celsius"}
+    if first.endswith("_hertz"):
+        return {"hertz"}
+    if first.endswith("_active"):
+        return {"bool_on_off", "none"}
+    if first.endswith("_total") and in_rate:
+        return {"cps", "ops"}
+    return {"short", "none"}
+
+
+def load_dashboards(folder: Path) -> dict[str, dict]:
+    """uid -> dashboard JSON of every ``*.json`` in ``folder``."""
+    boards = {}
+    for path in sorted(folder.glob("*.json")):
+        board = json.loads(path.read_text())
+        boards[board["uid"]] = board
+    return boards
+
+
+def panels(board: dict) -> Iterator[dict]:
+    """Every panel of a dashboard that is not a row (rows nested in collapsed rows included)."""
+    for panel in board["panels"]:
+        if panel["type"] == "row":
+            yield from panel.get("panels", [])
+        else:
+            yield panel
+
+
+def targets(board: dict) -> Iterator[Target]:
+    """Every query of every panel, with the unit of the column or panel that shows it."""
+    for panel in panels(board):
+        queries = panel.get("targets", [])
+        defaults = panel.get("fieldConfig", {}).get("defaults", {})
+        column_units = {}
+        for override in panel.get("fieldConfig", {}).get("overrides", []):
+            for prop in override["properties"]:
+                if prop["id"] == "unit":
+                    column_units[override["matcher"]["options"]] = prop["value"]
+        for target in queries:
+            column = "Value" if len(queries) == 1 else f"Value #{target['refId']}"
+            yield Target(board["uid"], panel["title"], panel["type"], target["refId"], target["expr"],
+                         bool(target.get("instant")), column_units.get(column, defaults.get("unit", "")))
+
+
+def rule_expressions(path: Path) -> Iterator[tuple[str, str]]:
+    """(rule name, expr) of every alerting and recording rule in a Prometheus rule file."""
+    for group in yaml.safe_load(path.read_text())["groups"]:
+        for rule in group["rules"]:
+            yield rule.get("alert") or rule["record"], rule["expr"]
+
+
+def rule_annotation_names(path: Path) -> Iterator[tuple[str, str]]:
+    """(alert, metric name) for every gpushare metric an alert's annotation templates query."""
+    for group in yaml.safe_load(path.read_text())["groups"]:
+        for rule in group["rules"]:
+            for text in rule.get("annotations", {}).values():
+                for name in re.findall(r"\bgpushare_\w+", text):
+                    yield rule.get("alert", rule.get("record")), name
+
+
+def recorded_names(paths: list[Path]) -> set[str]:
+    """Names of the recording rules defined in ``paths``."""
+    return {rule["record"] for path in paths for group in yaml.safe_load(path.read_text())["groups"]
+            for rule in group["rules"] if "record" in rule}
