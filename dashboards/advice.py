@@ -105,7 +105,7 @@ recommend = Row("Recommend: which layout would fit the observed work better?", (
     Panel("From Prometheus history", "text", "none", width=12, height=6, content=(
         "For a layout that fits the peaks of a whole week rather than this moment, point `exporter recommend` "
         "at this Prometheus:\n\n"
-        "```\nexporter recommend --prometheus http://<prometheus>:9090 --window 7d --node-label instance\n```\n\n"
+        "```\nexporter recommend --prometheus <Prometheus URL> --window 7d --node-label instance\n```\n\n"
         "Selected exporters: `${instance:csv}`. Add `--format html -o report.html` for a report, or "
         "`--format mig-parted` for a layout file nvidia-mig-parted applies.\n"),
         description="The same command over the exporter's history in Prometheus."),

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 import yaml
 
 from exporter.errors import UserError
+from exporter.foresight.workload import parse_rules
 
 # Outside 9100-9999 on purpose: that range of Prometheus's default-port-allocations
 # wiki is fully allocated (see docs/configuration.md for the reasoning).
@@ -41,6 +42,8 @@ class Settings:
     log_format: str = "text"
     procfs: str = "/proc"
     gpu_timeout: float = 2.0
+    state_dir: str | None = None  # learned workload profiles (SQLite); None = in memory only
+    workload_rules: tuple = ()  # foresight.workload.WorkloadRule; config file only
 
     @property
     def listen_address(self) -> tuple[str, int]:
@@ -116,8 +119,10 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "log_format": _choice(LOG_FORMATS),
     "procfs": _path,
     "gpu_timeout": _seconds,
+    "state_dir": _path,
+    "workload_rules": lambda raw: parse_rules(raw, "workload_rules"),
 }
-PATH_KEYS = ("simulate", "procfs")
+PATH_KEYS = ("simulate", "procfs", "state_dir")
 assert set(PARSERS) == {f.name for f in fields(Settings)}, "every setting needs a parser"
 
 
@@ -163,6 +168,8 @@ def read_config_file(path: str) -> dict[str, Any]:
             value = PARSERS[key](raw)
         except ValueError as exc:
             raise UserError(f"{path}: {key}: {exc}") from None
+        except UserError as exc:  # already names the place inside the value
+            raise UserError(f"{path}: {exc}") from None
         if key in PATH_KEYS and not os.path.isabs(value):
             value = os.path.join(base, value)  # relative to the file, not to wherever exporter runs
         values[key] = value

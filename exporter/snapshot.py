@@ -134,6 +134,12 @@ class SimulationInfo:
 
     time_seconds: float
     oom_kills: Mapping[tuple[int, str], int]  # (gpu index, gi as str or "") -> kills so far
+    epoch: float = 0.0  # Unix time that virtual time 0 stands for (the fake /proc's btime)
+
+    @property
+    def clock(self) -> float:
+        """Virtual time as Unix seconds: the clock process start times in the fake /proc use."""
+        return self.epoch + self.time_seconds
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from exporter.foresight import Foresight
 from exporter.sim.scenario import load_scenario
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "examples" / "scenarios"
-STEP = 15.0  # seconds between polls, the exporter's default interval
+STEP = 15.0  # virtual seconds between polls: coarser than the default 1 s, the forecast must hold anyway
 
 
-def play(foresight: Foresight, scenario, offset: float, until: float):
+def play(foresight: Foresight, scenario, until: float):
     """Poll the scenario every STEP virtual seconds; (t, min headroom over devices, OOM kills) per poll."""
     backend = SimBackend(scenario)
     backend.open()
@@ -29,7 +29,7 @@ def play(foresight: Foresight, scenario, offset: float, until: float):
         while t <= until:
             backend.step_to(t)
             snapshot = backend.poll()
-            foresight.observe(snapshot, now=offset + t)
+            foresight.observe(snapshot)  # the simulation's clock, which the fake /proc start times share
             headroom = min(d.forecast.headroom_bytes for d in foresight.result().devices)
             out.append((t, headroom, sum(snapshot.simulation.oom_kills.values())))
             t += STEP
@@ -44,7 +44,7 @@ def learned(tmp_path) -> Foresight:
     together = load_scenario(SCENARIOS / "wan22-h100-mps-together.yaml")
     solo = dataclasses.replace(together, processes=together.processes[:1])
     foresight = Foresight(state_dir=tmp_path)
-    play(foresight, solo, 1_000_000.0, 620.0)
+    play(foresight, solo, 620.0)
     (profile,) = foresight.profiles.values()
     assert profile.runs == 1
     return foresight
@@ -52,7 +52,7 @@ def learned(tmp_path) -> Foresight:
 
 def test_together_is_predicted_minutes_before_the_simulated_oom(learned):
     """The three-job scenario shows negative headroom from its first poll, at least 5 min before the OOM kill."""
-    polls = play(learned, load_scenario(SCENARIOS / "wan22-h100-mps-together.yaml"), 1_001_000.0, 720.0)
+    polls = play(learned, load_scenario(SCENARIOS / "wan22-h100-mps-together.yaml"), 720.0)
     first_negative = next(t for t, headroom, _ in polls if headroom < 0)
     oom = next(t for t, _, kills in polls if kills > 0)
     assert oom - first_negative >= 5 * 60
@@ -60,7 +60,7 @@ def test_together_is_predicted_minutes_before_the_simulated_oom(learned):
 
 def test_staggered_is_never_predicted_and_never_ooms(learned):
     """Started 60 s apart the same jobs fit: headroom stays positive at every poll."""
-    polls = play(learned, load_scenario(SCENARIOS / "wan22-h100-mps-staggered.yaml"), 1_001_000.0, 840.0)
+    polls = play(learned, load_scenario(SCENARIOS / "wan22-h100-mps-staggered.yaml"), 840.0)
     assert all(headroom >= 0 for _, headroom, _ in polls)
     assert polls[-1][2] == 0
 
@@ -81,7 +81,7 @@ def test_mixed_node_never_predicts_contention_for_long():
         while t <= scenario.duration:
             backend.step_to(t)
             snapshot = backend.poll()
-            foresight.observe(snapshot, now=1_000_000.0 + t)
+            foresight.observe(snapshot)
             for device in foresight.result().devices:
                 key = (device.gpu, device.gi)
                 if device.forecast.headroom_bytes < 0:

@@ -261,7 +261,7 @@ def test_procfs_entries_appear_and_vanish_with_processes(tmp_path):
     procs = [proc(10, 5, GIB, end=20, env={"CUDA_VISIBLE_DEVICES": "0"}),
              proc(11, 0, ((0, 70 * GIB), (30, 70 * GIB), (50, 90 * GIB)))]
     with Simulation(scenario([gpu()], procs), procfs_dir=str(tmp_path)) as sim:
-        assert sorted(os.listdir(tmp_path)) == ["11"]
+        assert sorted(os.listdir(tmp_path)) == ["11", "stat"]  # stat holds btime
         sim.advance_to(5)
         entry = tmp_path / "10"
         argv = [b"python3", b"job10.py", b"--epochs", b"3"]
@@ -271,7 +271,8 @@ def test_procfs_entries_appear_and_vanish_with_processes(tmp_path):
         assert "Name:\tpython3" in (entry / "status").read_text()
         assert "Pid:\t10" in (entry / "status").read_text()
         sim.advance_to(20)
-        assert sorted(os.listdir(tmp_path)) == ["11"]
+        assert sorted(os.listdir(tmp_path)) == ["11", "stat"]  # stat holds btime
         sim.advance_to(60)  # 11 grows past capacity and is killed
         assert [e.pid for e in sim.oom_events] == [11]
-        assert os.listdir(tmp_path) == []
+        assert os.listdir(tmp_path) == ["stat"]
+    assert os.listdir(tmp_path) == []  # closing removes everything the simulation wrote

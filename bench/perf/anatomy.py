@@ -13,6 +13,7 @@ so they count as the exporter's. Per-call counts come from ``Simulation.call_cou
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections import Counter
@@ -20,7 +21,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from statistics import median
 
-from exporter.sim import fakelib
+if __name__ == "__main__":  # run as a script: make the repository importable
+    import sys
+    from pathlib import Path
+
+    sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1])]
+
+from exporter.sim import fakelib  # noqa: E402
 
 
 class FakeLibTimer:
@@ -106,6 +113,7 @@ def measure_polls(sim, poll, polls: int, advance=None, render_span: _Span | None
     ``sim`` is the installed Simulation (its ``advance_to`` is timed as simulation work
     wherever it is called from); ``api_counter`` is the exporter's cumulative per-call Counter.
     """
+    gc.collect()  # garbage of earlier runs in this process would slow these polls (GC passes)
     timer = FakeLibTimer()
     timer.install()
     sim_span = _Span()
@@ -174,3 +182,80 @@ def gpushare_polls(scenario_path, start_at: float, polls: int, warmup: int = 3):
             return cost, poller.exposition
         finally:
             backend.close()
+
+
+def nvitop_polls(scenario_path, start_at: float, polls: int, warmup: int = 3):
+    """Poll nvitop-exporter's PrometheusExporter like its collect() loop does, in this process.
+
+    Returns (PollCost, seconds of CPU to render one text scrape, same gzipped, body bytes).
+    Run it in a fresh process (``python bench/perf/anatomy.py nvitop ...``): nvitop keeps
+    module-level NVML state. Raises ImportError when nvitop-exporter is not installed.
+    """
+    import gzip
+
+    from exporter.sim import Simulation
+    from exporter.sim.scenario import load_scenario
+
+    sim = Simulation(load_scenario(scenario_path))
+    sim.install()
+    sim.advance_to(start_at)
+    try:
+        from prometheus_client import CollectorRegistry, generate_latest
+
+        from nvitop import Device
+        from nvitop_exporter.exporter import PrometheusExporter
+
+        physical = Device.from_indices(range(Device.count()))
+        devices = physical + [m for d in physical for m in d.mig_devices()]  # as nvitop_exporter.cli
+        registry = CollectorRegistry()
+        exporter = PrometheusExporter(devices, hostname="bench", registry=registry, interval=1.0)
+        clock = [start_at]
+
+        def advance():
+            clock[0] += 1.0
+
+        def poll():  # the bench launcher also advances the simulation at the start of a round
+            sim.advance_to(clock[0])
+            exporter.update_host()
+            for device in devices:
+                exporter.update_device(device)
+
+        for _ in range(warmup):
+            advance()
+            poll()
+        cost = measure_polls(sim, poll, polls, advance)
+        renders, zipped = [], []
+        for _ in range(5):
+            start = time.process_time()
+            body = generate_latest(registry)
+            renders.append(time.process_time() - start)
+            start = time.process_time()
+            gzip.compress(body)
+            zipped.append(time.process_time() - start + renders[-1])
+        return cost, median(renders), median(zipped), len(body)
+    finally:
+        sim.close()
+
+
+def _main(argv=None) -> int:
+    """``anatomy.py nvitop SCENARIO START_AT POLLS``: print nvitop's figures as one JSON line."""
+    import json
+    import logging
+    import sys
+
+    args = argv if argv is not None else sys.argv[1:]
+    logging.disable(logging.CRITICAL)
+    try:
+        cost, render, render_gz, size = nvitop_polls(args[1], float(args[2]), int(args[3]))
+    except ImportError:
+        print(json.dumps({"skip": "nvitop-exporter is not installed (pip install nvitop-exporter)"}))
+        return 0
+    out = {k: v for k, v in vars(cost).items() if not isinstance(v, Counter)}
+    out.update(c_calls_by_symbol=dict(cost.c_calls_by_symbol), render_text=render, render_gzip=render_gz,
+               body_bytes=size)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

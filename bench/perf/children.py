@@ -126,6 +126,13 @@ def start(name: str, scenario: Path, start_at: float, interval: float, logdir: P
     return child
 
 
+def python_rss_kib() -> int:
+    """RSS (KiB) of a bare Python that imported pynvml: the floor under every exporter here."""
+    code = ("import pynvml, re; print(re.search(r'VmRSS:\\s+(\\d+)', open('/proc/self/status').read()).group(1))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
 def sim_only_rss_kib(scenario: Path, start_at: float, logdir: Path) -> int:
     """RSS (KiB) of a Python process that only loads and installs the simulation of ``scenario``."""
     log = logdir / f"sim-only-{scenario.stem}.log"

@@ -20,10 +20,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from exporter.backend.sim import SimBackend  # noqa: E402
-from exporter.logging_setup import configure_logging  # noqa: E402
-from exporter.poller import Poller  # noqa: E402
-from exporter.server import start_server  # noqa: E402
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -45,7 +41,9 @@ def idle_until_signal() -> None:
         time.sleep(0.2)
 
 
-async def serve(poller: Poller, port: int) -> None:
+async def serve(poller, port: int) -> None:
+    from exporter.server import start_server
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -60,18 +58,23 @@ async def serve(poller: Poller, port: int) -> None:
 
 def main(argv=None) -> int:
     args = parse(argv)
-    configure_logging("error")
-    launched = time.monotonic()
-    backend = SimBackend(args.scenario, clock=lambda: args.start_at + time.monotonic() - launched)
-    if args.sim_only:
+    if args.sim_only:  # imports nothing of the exporter but the simulator
         from exporter.sim import Simulation
+        from exporter.sim.scenario import load_scenario
 
-        sim = Simulation(backend.scenario)
+        sim = Simulation(load_scenario(args.scenario))
         sim.install()
         sim.advance_to(args.start_at)
         idle_until_signal()
         sim.close()
         return 0
+    from exporter.backend.sim import SimBackend
+    from exporter.logging_setup import configure_logging
+    from exporter.poller import Poller
+
+    configure_logging("error")
+    launched = time.monotonic()
+    backend = SimBackend(args.scenario, clock=lambda: args.start_at + time.monotonic() - launched)
     poller = Poller(backend, args.interval)
     poller.start()
     try:

@@ -42,7 +42,8 @@ def sharing_mode(mig_mode: bool | None, processes, servers) -> str:
 class _Meta:
     name: str
     cmdline: str
-    environ: dict  # selected variables only (CUDA_*, KUBERNETES_*)
+    environ: dict  # selected variables only (see procinfo.ENV_PREFIXES)
+    start_time: float | None = None  # Unix seconds, from /proc/<pid>/stat
 
 
 class ProcessReader:
@@ -89,7 +90,7 @@ class ProcessReader:
                 is_mps_client=client, is_mps_server=server,
                 mps_memory_limit_bytes=mps_memory_limit(env, dev) if client else None,
                 mps_active_thread_ratio=mps_thread_ratio(env) if client else None,
-                environ=env))
+                environ=env, start_time=meta.start_time))
         servers = [MpsServer(pid=pid, gi=dev.gi) for pid in sorted(server_pids)]
         return processes, servers
 
@@ -115,7 +116,7 @@ class ProcessReader:
         if not name:
             name = self.procfs.comm(pid) or ""
         meta = _Meta(name=name, cmdline=self.procfs.cmdline(pid) or "",
-                     environ=select_environ(self.procfs.environ(pid)))
+                     environ=select_environ(self.procfs.environ(pid)), start_time=self.procfs.start_time(pid))
         if name:  # an unknown name is retried next poll (the process may be gone by then)
             self._meta[pid] = meta
         return meta

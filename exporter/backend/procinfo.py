@@ -16,13 +16,16 @@ from typing import Mapping
 log = logging.getLogger(__name__)
 
 # Environment variables copied into ProcessInfo.environ (the rest may hold secrets).
-ENV_PREFIXES = ("CUDA_", "KUBERNETES_", "NVIDIA_VISIBLE_DEVICES")
+# CUDA_*/NVIDIA_VISIBLE_DEVICES for MPS limits; the rest name the workload (see foresight.workload).
+ENV_PREFIXES = ("CUDA_", "KUBERNETES_", "NVIDIA_VISIBLE_DEVICES", "GPUSHARE_WORKLOAD", "POD_NAME",
+                "POD_NAMESPACE", "CONTAINER_NAME")
 
 MEM_LIMIT_VAR = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 THREAD_PCT_VAR = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 VISIBLE_VAR = "CUDA_VISIBLE_DEVICES"
 CONTAINER_VISIBLE_VAR = "NVIDIA_VISIBLE_DEVICES"  # set by the device plugin / container runtime
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # units of <pid>/stat times
 _MAX_READ = 1 << 20  # environ/cmdline beyond 1 MiB is not worth holding in memory
 
 
@@ -31,12 +34,39 @@ class ProcFs:
 
     def __init__(self, root: str = "/proc"):
         self.root = root
+        self._btime: float | None = None
 
     def _read(self, pid: int, name: str) -> bytes | None:
         try:
             with open(os.path.join(self.root, str(pid), name), "rb") as f:
                 return f.read(_MAX_READ)
         except OSError:  # gone, no permission, not a directory: all mean "unknown"
+            return None
+
+    def boot_time(self) -> float | None:
+        """Unix time the host booted (``btime`` in <root>/stat), read once; None if unreadable."""
+        if self._btime is None:
+            try:
+                with open(os.path.join(self.root, "stat"), "rb") as f:
+                    for line in f.read(_MAX_READ).splitlines():
+                        if line.startswith(b"btime "):
+                            self._btime = float(line.split()[1])
+                            break
+            except (OSError, ValueError, IndexError):
+                return None
+        return self._btime
+
+    def start_time(self, pid: int) -> float | None:
+        """Unix time the process started, in seconds, from field 22 of <pid>/stat; None if unknown."""
+        raw = self._read(pid, "stat")
+        boot = self.boot_time()
+        if not raw or boot is None:
+            return None
+        # The command name (field 2) may hold spaces and parentheses: fields restart after the last ')'.
+        fields = raw[raw.rfind(b")") + 2:].split()
+        try:
+            return boot + int(fields[19]) / CLOCK_TICKS
+        except (IndexError, ValueError):
             return None
 
     def comm(self, pid: int) -> str | None:

@@ -83,7 +83,7 @@ class SimBackend:
         self._time = self.virtual_time()
         self.sim.advance_to(self._time)
         snapshot = self.nvml.poll()
-        info = SimulationInfo(time_seconds=self._time, oom_kills=self.sim.oom_kills)
+        info = SimulationInfo(time_seconds=self._time, oom_kills=self.sim.oom_kills, epoch=self.sim.boot_time)
         return dataclasses.replace(snapshot, simulation=info)
 
     @property

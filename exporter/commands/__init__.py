@@ -27,6 +27,7 @@ _FLAG_HELP: dict[str, tuple[str, str]] = {
     "log_format": ("{text,json}", "log lines as plain text or JSON objects (default text)"),
     "procfs": ("PATH", "where the host's /proc is mounted, for process names and MPS limits (default /proc)"),
     "gpu_timeout": ("SECONDS", "give up on a GPU whose reads take longer than this; it reports up=0 (default 2)"),
+    "state_dir": ("DIR", "keep learned workload memory profiles here (SQLite) across restarts (default: memory only)"),
 }
 
 

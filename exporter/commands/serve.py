@@ -8,13 +8,16 @@ import logging
 import signal
 
 from exporter import commands
+from exporter.collectors.forecast import ForecastCollector
 from exporter.errors import NoGpuError, UserError
+from exporter.foresight.state import Foresight
 from exporter.logging_setup import configure_logging
 from exporter.poller import STALE_AFTER_INTERVALS, Poller
 from exporter.server import start_server
 
 HELP = "poll the GPUs and serve Prometheus metrics over HTTP"
-SETTINGS = ("listen", "interval", "backend", "simulate", "speed", "log_level", "log_format", "procfs", "gpu_timeout")
+SETTINGS = ("listen", "interval", "backend", "simulate", "speed", "log_level", "log_format", "procfs", "gpu_timeout",
+            "state_dir")
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +35,9 @@ def run(args: argparse.Namespace) -> int:
         log.warning("--gpu-timeout %gs is not below %d x --interval (%gs): /health will report stale "
                     "polls while a GPU hangs", settings.gpu_timeout, STALE_AFTER_INTERVALS,
                     STALE_AFTER_INTERVALS * settings.interval)
-    poller = Poller(commands.make_backend(settings), settings.interval)
+    foresight = Foresight(state_dir=settings.state_dir, rules=settings.workload_rules)
+    poller = Poller(commands.make_backend(settings), settings.interval,
+                    extra_collectors=[ForecastCollector(foresight)], observers=[foresight.observe])
     try:
         poller.start()
     except NoGpuError as exc:
@@ -42,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         # Bounded wait: a poll stuck in the driver must not keep the process alive forever.
         poller.stop(timeout=settings.gpu_timeout + 5.0)
+        foresight.flush()  # learned profiles survive the restart
     log.info("stopped")
     return 0
 

@@ -90,8 +90,13 @@ class Foresight:
 
     # ------------------------------------------------------------------ API
     def observe(self, snapshot: Snapshot, now: float | None = None) -> None:
-        """Learn from one poll and recompute the forecasts. Never raises."""
-        now = snapshot.timestamp if now is None else now
+        """Learn from one poll and recompute the forecasts. Never raises.
+
+        ``now`` defaults to the poll's clock: wall time on a real host, virtual time (as Unix
+        seconds) in simulation, so that durations learned at one --speed hold at another.
+        """
+        if now is None:
+            now = snapshot.simulation.clock if snapshot.simulation is not None else snapshot.timestamp
         with self._lock:
             try:
                 self._result = self._observe(snapshot, now)

@@ -50,7 +50,9 @@ class Simulation:
         # Per-process utilization samples are stamped wall_base_us + virtual time (µs), so
         # an exporter passing "now - 1 s" (nvitop's habit) or 0 still sees them.
         self.wall_base_us = int(time.time() * 1_000_000)
-        self._procfs = FakeProcfs(procfs_dir)
+        # Virtual time 0 is the (whole-second) wall time the simulation was built at.
+        self.boot_time = float(int(self.wall_base_us // 1_000_000))
+        self._procfs = FakeProcfs(procfs_dir, boot_time=self.boot_time)
         self.procfs_root: str = self._procfs.root
         self._saved_lib = None
         self._installed: FakeNvmlLib | None = None
@@ -128,7 +130,7 @@ class Simulation:
         now = self.engine.now
         hidden = [f for f in self.engine.faults if f.hides_procfs(now)]
         self._procfs.sync([
-            ProcEntry(p.pid, p.name, p.cmdline, self._environ(p))
+            ProcEntry(p.pid, p.name, p.cmdline, self._environ(p), p.start)
             for p in self.engine.alive(now)
             if not any(f.gpu is None or f.gpu == p.gpu for f in hidden)
         ])

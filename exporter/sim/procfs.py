@@ -16,6 +16,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Mapping
 
+from exporter.backend.procinfo import CLOCK_TICKS
+
 
 @dataclass(frozen=True)
 class ProcEntry:
@@ -25,6 +27,7 @@ class ProcEntry:
     name: str
     cmdline: str
     environ: Mapping[str, str]
+    start_seconds: float = 0.0  # virtual time the process started (becomes <pid>/stat starttime)
 
 
 def _argv(cmdline: str) -> list[str]:
@@ -37,9 +40,13 @@ def _argv(cmdline: str) -> list[str]:
 class FakeProcfs:
     """Keeps ``root`` in step with the set of live processes given to ``sync``."""
 
-    def __init__(self, root: str | None = None):
+    def __init__(self, root: str | None = None, boot_time: float = 0.0):
         self.root = tempfile.mkdtemp(prefix="gpushare-sim-proc-") if root is None else root
         os.makedirs(self.root, exist_ok=True)
+        # <root>/stat's btime: the Unix time that virtual time 0 stands for, so that
+        # btime + starttime/CLK_TCK gives process start times on the exporter's clock.
+        with open(os.path.join(self.root, "stat"), "w") as fh:
+            fh.write(f"cpu  0 0 0 0 0 0 0 0 0 0\nbtime {int(boot_time)}\n")
         self._written: dict[int, ProcEntry] = {}
         # A temporary root goes away with this object even if close() is never called.
         self._cleanup = weakref.finalize(self, shutil.rmtree, self.root, True) if root is None else None
@@ -65,6 +72,9 @@ class FakeProcfs:
             "environ": b"".join(f"{k}={v}".encode() + b"\0" for k, v in e.environ.items()),
             "comm": (comm + "\n").encode(),
             "status": f"Name:\t{comm}\nState:\tS (sleeping)\nPid:\t{e.pid}\n".encode(),
+            # proc(5) layout; only pid, comm, state, ppid and starttime (field 22, clock ticks) matter.
+            "stat": (f"{e.pid} ({comm}) S 1 {e.pid} {e.pid} 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 "
+                     f"{round(e.start_seconds * CLOCK_TICKS)} 0 0\n").encode(),
         }
         for name, data in files.items():
             with open(os.path.join(directory, name), "wb") as fh:
@@ -77,4 +87,8 @@ class FakeProcfs:
         else:
             for pid in list(self._written):
                 shutil.rmtree(os.path.join(self.root, str(pid)), ignore_errors=True)
+            try:
+                os.remove(os.path.join(self.root, "stat"))
+            except OSError:
+                pass
         self._written.clear()

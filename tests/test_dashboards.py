@@ -1,0 +1,380 @@
+"""Grafana dashboards as code: committed JSON, importable shape, units, and every query proven on a real Prometheus.
+
+The end-to-end part runs three simulated exporters at 30x (the 8-GPU mixed H100 node, the
+Wan 2.2 MPS out-of-memory story, the fault demo) scraped every second by Debian's Prometheus
+with alerts/*.yml loaded, until the Wan scenario's OOM kill has been scraped (~20 s). Then
+every panel's queries run through the HTTP API with the dashboard variables substituted as
+Grafana would: All, each exporter alone, and for the GPU detail dashboard each single GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from dashboards import generate, lint
+from exporter.collectors import forecast
+from tests.conftest import REPO, SCENARIOS, require_binary
+from tests.promstack import Exporter, Prometheus, QueryError
+
+BOARDS = lint.load_dashboards(REPO / "dashboards" / "json")
+RULE_FILES = sorted((REPO / "alerts").glob("*.yml"))
+UIDS = {"gpushare-fleet", "gpushare-gpu", "gpushare-mig", "gpushare-mps", "gpushare-advice"}
+FORECAST_SPECS = (forecast.EXPECTED_PEAK, forecast.AT_CONTENTION, forecast.PROFILE_PEAK, forecast.PROFILE_DURATION,
+                  forecast.PROFILE_OFFSET, forecast.PROFILE_RUNS, forecast.PROFILES_STORED, forecast.STORE_OK,
+                  *forecast.GPU_SPECS.values(), *forecast.MIG_SPECS.values())
+FORECAST_FAMILIES = {spec.name for spec in FORECAST_SPECS}
+RATE_INTERVAL = "4s"  # Grafana's $__rate_interval floor: 4 x the 1 s scrape interval
+GiB = 2**30
+
+
+def all_targets():
+    return [target for board in BOARDS.values() for target in lint.targets(board)]
+
+
+def metric_types() -> dict[str, str]:
+    """Family name -> type, from docs/metrics.md's tables and the forecast collector's specs."""
+    types = {spec.name: spec.kind for spec in FORECAST_SPECS}
+    for name, kind in re.findall(r"^\| `(gpushare_\w+)` \| (\w+) \|", (REPO / "docs" / "metrics.md").read_text(),
+                                 re.M):
+        types[name] = kind
+    return types
+
+
+def test_committed_json_is_what_the_generator_makes():
+    """Regenerating the dashboards gives the committed files byte for byte, with no file missing or left over."""
+    assert generate.stale() == [], "run: python -m dashboards.generate"
+    assert set(BOARDS) == UIDS
+
+
+@pytest.mark.parametrize("uid", sorted(UIDS))
+def test_dashboard_imports_into_grafana_10_without_naming_an_instance(uid):
+    """Stable uid, Grafana >= 10 schema, a datasource variable every panel reads, and no hard-coded target."""
+    board = BOARDS[uid]
+    path = REPO / "dashboards" / "json" / f"{uid}.json"
+    assert board["id"] is None and board["version"] == 1
+    grafana = next(r for r in board["__requires"] if r["type"] == "grafana")
+    assert grafana["version"].startswith("10.") and 36 <= board["schemaVersion"] <= 39
+    variables = board["templating"]["list"]
+    assert variables[0]["type"] == "datasource" and variables[0]["query"] == "prometheus"
+    assert [v["name"] for v in variables] == ["datasource", "job", "instance", "gpu"]
+    # Grafana 10 keys its variable store by "id": a shared id would make the variables overwrite each other.
+    assert all("id" not in v for v in variables)
+    assert all(v["datasource"] == {"type": "prometheus", "uid": "${datasource}"} for v in variables[1:])
+    ids = [p["id"] for p in board["panels"]]
+    assert all(isinstance(i, int) for i in ids) and len(set(ids)) == len(ids)
+    for panel in lint.panels(board):
+        if panel["type"] == "text":
+            continue
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+        assert all(t["datasource"] == panel["datasource"] for t in panel["targets"]), panel["title"]
+    assert not re.search(r"localhost|127\.0\.0\.1|:\d{4,5}\b", path.read_text())
+
+
+def test_queries_select_job_instance_and_gpu_only_through_the_variables():
+    """Every job, instance and gpu matcher in a panel query is the dashboard variable, never a literal value."""
+    for target in all_targets():
+        for label, value in re.findall(r"\b(job|instance|gpu)\s*=~?\s*\"([^\"]*)\"", target.expr):
+            assert value == f"${label}", (target.dashboard, target.panel, target.expr)
+
+
+@pytest.mark.parametrize("uid", sorted(UIDS))
+def test_panels_sit_on_the_grid_without_overlapping(uid):
+    """Every panel lies inside the 24-column grid and no two panels share a cell."""
+    taken: dict[tuple[int, int], str] = {}
+    for panel in BOARDS[uid]["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, panel["title"]
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                assert (x, y) not in taken, f"{panel['title']} overlaps {taken.get((x, y))}"
+                taken[(x, y)] = panel["title"]
+
+
+def test_every_query_is_shown_in_a_unit_that_fits_what_it_computes():
+    """A bytes metric shows as bytes (a ratio of two as percent), seconds as s, ratios as percent, watts..."""
+    for target in all_targets():
+        assert target.unit, (target.dashboard, target.panel)
+        assert target.unit in lint.expected_units(target.expr), (target.dashboard, target.panel, target.ref_id,
+                                                                 target.unit, target.expr)
+
+
+def test_rate_and_increase_only_take_counters():
+    """rate(), irate(), increase() and resets() in panels and rules are applied to counters only, never gauges."""
+    types = metric_types()
+    exprs = [(t.dashboard, t.expr) for t in all_targets()]
+    exprs += [(name, expr) for path in RULE_FILES for name, expr in lint.rule_expressions(path)]
+    checked = 0
+    for where, expr in exprs:
+        for name in lint.counter_arguments(expr):
+            assert types.get(name) == "counter", (where, name, expr)
+            checked += 1
+    assert checked > 0  # the dashboards do use counters (energy, NVML errors, OOM kills)
+
+
+# ---------------------------------------------------------------- end to end, on a real Prometheus
+
+# Panels none of the three scenarios can feed, and why. A listed panel that gets data fails the test: drop it then.
+CANNOT_FEED: dict[tuple[str, str], str] = {}
+# Ratios that may exceed 1 by design.
+MAY_EXCEED_ONE = {("gpushare-mps", "Pinned limits as a share of usable memory")}
+SCENARIO_FILES = {"mixed": "h100-mixed-node.yaml", "wan": "wan22-h100-mps-together.yaml", "faults": "faults-demo.yaml"}
+
+
+@dataclass
+class Run:
+    """What the stack saw: per (dashboard, panel, refId, selection) the values or the query error."""
+
+    prom: Prometheus
+    targets: dict[str, str]  # scenario -> host:port (the instance label)
+    start: float
+    end: float
+    families: set[str]  # every family the exporters' /metrics pages declare (# TYPE lines)
+    values: dict[tuple[str, str, str, str], list[float]] = field(default_factory=dict)
+    errors: dict[tuple[str, str, str, str], str] = field(default_factory=dict)
+
+    @property
+    def forecast_served(self) -> bool:
+        return bool(self.families & FORECAST_FAMILIES)
+
+
+def interpolate(expr: str, variables: dict[str, str], time_range: str) -> str:
+    """``expr`` as Grafana sends it: built-in and dashboard variables replaced."""
+    text = expr.replace("$__rate_interval", RATE_INTERVAL).replace("$__range", time_range)
+    for name, value in variables.items():
+        text = re.sub(rf"\$\{{{name}(?::\w+)?\}}|\${name}\b", lambda _: value, text)
+    assert not re.search(r"\$\{?[A-Za-z_]", text), text  # label_replace's "$1" is not a variable
+    return text
+
+
+def grafana_regex_escape(value: str) -> str:
+    """A value of a multi-value variable as Grafana puts it in PromQL: regex characters escaped, the backslash
+    doubled for the PromQL string."""
+    return re.sub(r"[$^*{}\[\]'+?.()|]", lambda m: "\\\\" + m.group(), value)
+
+
+def selections(run: Run, uid: str) -> dict[str, dict[str, str]]:
+    """Variable values to try: All and each exporter alone; for the one-GPU dashboard, each GPU."""
+    if uid == "gpushare-gpu":
+        gpus = run.prom.query("gpushare_gpu_info")
+        return {f"{s['metric']['instance']}/{s['metric']['gpu']}":
+                {"job": s["metric"]["job"], "instance": s["metric"]["instance"], "gpu": s["metric"]["gpu"]}
+                for s in gpus}
+    out = {"all": {"job": ".*", "instance": ".*", "gpu": ".*"}}
+    for scenario, target in run.targets.items():
+        out[scenario] = {"job": ".*", "instance": grafana_regex_escape(target), "gpu": ".*"}
+    return out
+
+
+def evaluate(run: Run) -> None:
+    """Run every panel query for every selection; fill run.values and run.errors."""
+    time_range = f"{int(run.end - run.start)}s"
+    for uid, board in BOARDS.items():
+        choices = selections(run, uid)
+        for target in lint.targets(board):
+            for name, variables in choices.items():
+                key = (uid, target.panel, target.ref_id, name)
+                expr = interpolate(target.expr, variables, time_range)
+                try:
+                    if target.instant:  # what the panel shows now; must parse and run
+                        run.prom.query(expr, time=run.end)
+                    # Data over the whole run: an instant panel viewed at that moment would have shown it.
+                    result = [v for s in run.prom.query_range(expr, run.start, run.end, 1.0) for v in s["values"]]
+                except QueryError as exc:
+                    run.errors[key] = str(exc)
+                    continue
+                run.values[key] = [float(v) for _, v in result if not math.isnan(float(v))]
+
+
+def seed_wan_profile(state_dir: Path) -> None:
+    """Store what one Wan job run alone to its end teaches (as tests/test_foresight_sim.py learns it)."""
+    from exporter.backend.sim import SimBackend
+    from exporter.foresight import Foresight
+    from exporter.sim.scenario import load_scenario
+
+    together = load_scenario(SCENARIOS / SCENARIO_FILES["wan"])
+    solo = dataclasses.replace(together, processes=together.processes[:1])
+    foresight = Foresight(state_dir=state_dir)
+    backend = SimBackend(solo)
+    backend.open()
+    try:
+        for step in range(0, 42):
+            backend.step_to(step * 15.0)
+            foresight.observe(backend.poll())
+    finally:
+        backend.close()
+    foresight.flush()
+
+
+def serve_takes_state_dir() -> bool:
+    """True once `exporter serve` has --state-dir (the forecast is then served)."""
+    help_text = subprocess.run([sys.executable, "-m", "exporter", "serve", "--help"], cwd=REPO,
+                               capture_output=True, text=True, timeout=60).stdout
+    return "--state-dir" in help_text
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """Three simulated exporters at 30x and Prometheus with the alert rules, until the Wan OOM kill is scraped."""
+    require_binary("prometheus")
+    wan_args: list[str] = []
+    if serve_takes_state_dir():
+        state_dir = tmp_path_factory.mktemp("wan-state")
+        seed_wan_profile(state_dir)
+        wan_args = ["--state-dir", str(state_dir)]
+    exporters: dict[str, Exporter] = {}
+    try:
+        exporters["wan"] = Exporter(SCENARIOS / SCENARIO_FILES["wan"], speed=30, interval=0.5, extra_args=wan_args)
+        exporters["mixed"] = Exporter(SCENARIOS / SCENARIO_FILES["mixed"], speed=30, interval=0.5)
+        exporters["faults"] = Exporter(SCENARIOS / SCENARIO_FILES["faults"], speed=30, interval=0.5,
+                                       extra_args=["--gpu-timeout", "1"])
+        with Prometheus({"gpushare": [e.target for e in exporters.values()]}, rule_files=RULE_FILES) as prom:
+            start = time.time()
+            prom.wait_for(f'gpushare_simulation_oom_kills_total{{instance="{exporters["wan"].target}"}} > 0',
+                          timeout=90)
+            time.sleep(3)  # a few more scrapes after the kill, so rates and increases see it
+            # Families declared now, and every name scraped during the run (some exist only while predicted).
+            families = {line.split()[2] for e in exporters.values() for line in e.metrics().splitlines()
+                        if line.startswith("# TYPE ")} | prom.series_names()
+            result = Run(prom, {name: e.target for name, e in exporters.items()}, start, time.time(), families)
+            evaluate(result)
+            yield result
+    finally:
+        for exporter in exporters.values():
+            exporter.stop()
+
+
+def panel_keys() -> set[tuple[str, str]]:
+    return {(t.dashboard, t.panel) for t in all_targets()}
+
+
+def only_forecast(uid: str, title: str) -> bool:
+    """True when every query of the panel needs a forecast family."""
+    return all(set(lint.metric_names(t.expr)) & FORECAST_FAMILIES
+               for t in all_targets() if (t.dashboard, t.panel) == (uid, title))
+
+
+@pytest.mark.e2e
+def test_every_panel_query_runs_without_error(run):
+    """Prometheus accepts every panel query, for every variable selection, with no parse or execution error."""
+    assert run.values, "no query ran"
+    assert run.errors == {}
+
+
+@pytest.mark.e2e
+def test_every_panel_the_scenarios_can_feed_has_data(run):
+    """Each panel shows data for some selection, except those listed with a reason (and forecast panels while
+    the exporter does not serve the forecast yet)."""
+    fed = {(uid, title) for (uid, title, _, _), values in run.values.items() if values}
+    missing = panel_keys() - fed
+    not_fed_yet = {key for key in missing if not run.forecast_served and only_forecast(*key)}
+    if not_fed_yet:
+        warnings.warn("not fed yet (the exporter does not serve the forecast families): "
+                      + "; ".join(f"{uid}: {title}" for uid, title in sorted(not_fed_yet)))
+    unexplained = sorted(missing - not_fed_yet - CANNOT_FEED.keys())
+    assert unexplained == [], f"no data in any selection: {unexplained}"
+    assert sorted(CANNOT_FEED.keys() - missing) == [], "these panels have data now: remove them from CANNOT_FEED"
+
+
+def series(run: Run, uid: str, title: str, scenario: str, ref_id: str = "A") -> list[list]:
+    """Range result of one panel query, variables set to one scenario's exporter."""
+    target = next(t for t in lint.targets(BOARDS[uid]) if (t.panel, t.ref_id) == (title, ref_id))
+    variables = {"job": ".*", "instance": grafana_regex_escape(run.targets[scenario]), "gpu": ".*"}
+    expr = interpolate(target.expr, variables, f"{int(run.end - run.start)}s")
+    return run.prom.query_range(expr, run.start, run.end, 1.0)
+
+
+def first_time(result: list[dict], condition) -> float | None:
+    """Earliest timestamp at which some series of a range result meets ``condition``."""
+    times = [float(t) for s in result for t, v in s["values"] if condition(float(v))]
+    return min(times) if times else None
+
+
+def sim_time_at(run: Run, scenario: str, at: float) -> float:
+    (sample,) = run.prom.query(f'gpushare_simulation_time_seconds{{instance="{run.targets[scenario]}"}}', time=at)
+    return float(sample["value"][1])
+
+
+@pytest.mark.e2e
+def test_values_are_plausible_for_the_unit_each_panel_shows(run):
+    """Values fit the panel's unit: ratios in 0..1, bytes not MiB, hertz not MHz, watts not mW, sane Celsius."""
+    units = {(t.dashboard, t.panel, t.ref_id): t.unit for t in all_targets()}
+    by_unit: dict[str, list[tuple[tuple, float]]] = {}
+    for (uid, title, ref_id, _), values in run.values.items():
+        by_unit.setdefault(units[(uid, title, ref_id)], []).extend(((uid, title), v) for v in values)
+    def outside(unit: str, low: float, high: float) -> list:
+        return sorted({(key, v) for key, v in by_unit[unit] if not low <= v <= high and key not in MAY_EXCEED_ONE})
+
+    assert outside("percentunit", 0, 1) == []
+    small = sorted({key for key, v in by_unit["bytes"] if 0 < abs(v) < 2**20})
+    assert small == [], f"bytes panels showing MiB-sized numbers: {small}"
+    assert max(v for _, v in by_unit["hertz"]) >= 1e8  # an H100 SM clock is ~2 GHz
+    assert outside("watt", 0, 2000) == [] and max(v for _, v in by_unit["watt"]) > 10
+    assert outside("celsius", 0, 130) == []
+    for unit in ("s", "short", "cps"):
+        assert outside(unit, 0, math.inf) == []
+    assert {v for _, v in by_unit["bool_on_off"]} <= {0.0, 1.0}
+
+
+@pytest.mark.e2e
+def test_every_metric_a_dashboard_or_rule_uses_is_exported(run):
+    """Every metric named by a panel query, a rule expression or an alert annotation query is a family the
+    exporters declare or docs/metrics.md documents (recording rules and Prometheus' own series aside)."""
+    documented = set(re.findall(r"^\| `(gpushare_\w+)` \|", (REPO / "docs" / "metrics.md").read_text(), re.M))
+    known = documented | run.families | lint.PROMETHEUS_SERIES | lint.recorded_names(RULE_FILES)
+    used = {(f"dashboard {t.dashboard}: {t.panel}", name) for t in all_targets() for name in lint.metric_names(t.expr)}
+    for path in RULE_FILES:
+        used |= {(f"{path.name}: {rule}", name) for rule, expr in lint.rule_expressions(path)
+                 for name in lint.metric_names(expr)}
+        used |= {(f"{path.name}: {rule} (annotation)", name) for rule, name in lint.rule_annotation_names(path)}
+    assert len({name for _, name in used}) > 50
+    unknown = sorted((where, name) for where, name in used if name not in known)
+    assert unknown == [], f"not exported: {unknown}"
+
+
+@pytest.mark.e2e
+def test_alert_rules_load_and_evaluate_in_prometheus(run):
+    """Prometheus loaded every rule of alerts/*.yml and evaluated each without an error."""
+    rules = [rule for group in run.prom.rules() for rule in group["rules"]]
+    expected = sum(1 for path in RULE_FILES for _ in lint.rule_expressions(path))
+    assert len(rules) == expected
+    assert [(r["name"], r.get("lastError")) for r in rules if r["health"] == "err"] == []
+
+
+@pytest.mark.e2e
+def test_mps_dashboard_shows_the_wan_clients_and_their_oom_kill(run):
+    """On the Wan scenario the MPS dashboard shows three clients without a limit holding 3 x 22 GiB, then a kill."""
+    # The scenario: three MPS clients, no CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, 22 GiB each before the final spike.
+    (unlimited,) = series(run, "gpushare-mps", "Clients without a pinned memory limit", "wan")
+    assert max(float(v) for _, v in unlimited["values"]) == 3
+    held = {}
+    for s in series(run, "gpushare-mps", "Client memory", "wan"):
+        for t, v in s["values"]:
+            held[t] = held.get(t, 0.0) + float(v)
+    assert max(held.values()) >= 66 * GiB
+    kills = series(run, "gpushare-mps", "Out-of-memory kills in the time range", "wan")
+    assert sum(float(s["values"][-1][1]) for s in kills) >= 1
+
+
+@pytest.mark.e2e
+def test_mps_dashboard_shows_the_contention_minutes_before_the_kill(run):
+    """With the Wan job's profile learned, the headroom panel goes negative and the collision ETA appears at
+    least 5 simulated minutes before the OOM kill panel counts the kill (the scenario kills at ~9 min)."""
+    if not run.forecast_served:
+        pytest.skip("not fed yet: the exporter does not serve the forecast families")
+    headroom = series(run, "gpushare-mps", "Headroom at the expected peak", "wan")
+    first_negative = first_time(headroom, lambda v: v < 0)
+    kill = first_time(series(run, "gpushare-mps", "Out-of-memory kills", "wan"), lambda v: v >= 1)
+    assert first_negative is not None and kill is not None
+    assert sim_time_at(run, "wan", kill) - sim_time_at(run, "wan", first_negative) >= 5 * 60
+    eta = first_time(series(run, "gpushare-mps", "Peaks collide in", "wan"), lambda v: v > 0)
+    assert eta is not None and eta < kill
