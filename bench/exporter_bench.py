@@ -31,6 +31,7 @@ from perf import report  # noqa: E402
 from perf.anatomy import gpushare_polls  # noqa: E402
 from perf.children import python_rss_kib, sim_only_rss_kib  # noqa: E402
 from perf.minimum import minimum_calls  # noqa: E402
+from perf.prototypes import PROTOTYPES  # noqa: E402
 from perf.runs import Timing, measure  # noqa: E402
 from perf.scenarios import Variant, write  # noqa: E402
 
@@ -68,14 +69,18 @@ def anatomy(label: str, path: Path, start_at: float, gpus: int, polls: int) -> d
                 series=sum(1 for line in exposition.text.splitlines() if not line.startswith(b"#")))
 
 
-def nvitop_anatomy(path: Path, start_at: float, polls: int) -> dict:
-    """nvitop's in-process figures, from a fresh process (nvitop keeps global NVML state)."""
-    out = subprocess.run([sys.executable, str(HERE / "perf" / "anatomy.py"), "nvitop", str(path), str(start_at),
-                          str(polls)], capture_output=True, text=True, timeout=300)
+def child_anatomy(exporter: str, path: Path, start_at: float, polls: int, prototype: str = "") -> dict:
+    """In-process figures taken in a fresh process (nvitop keeps global NVML state; prototypes patch)."""
+    out = subprocess.run([sys.executable, str(HERE / "perf" / "anatomy.py"), exporter, str(path), str(start_at),
+                          str(polls), prototype], capture_output=True, text=True, timeout=300)
     lines = out.stdout.strip().splitlines()
     if out.returncode != 0 or not lines:
-        return {"skip": f"nvitop anatomy failed: {(out.stderr.strip().splitlines() or ['?'])[-1]}"}
+        return {"skip": f"{exporter} anatomy failed: {(out.stderr.strip().splitlines() or ['?'])[-1]}"}
     return json.loads(lines[-1])
+
+
+def nvitop_anatomy(path: Path, start_at: float, polls: int) -> dict:
+    return child_anatomy("nvitop", path, start_at, polls)
 
 
 def main(argv=None) -> int:
@@ -85,6 +90,9 @@ def main(argv=None) -> int:
     mode.add_argument("--smoke", action="store_true", help="1 GPU, minimal iterations (harness check)")
     parser.add_argument("--peers", default=",".join(PEERS), help="peers to compare with, comma-separated, "
                         "or 'none' (default: %(default)s)")
+    parser.add_argument("--prototype", metavar="NAMES", default="",
+                        help="also measure gpushare with these proposed fixes patched in, comma-separated "
+                        f"(from: {', '.join(PROTOTYPES)}); printed as an extra before/prototype table")
     parser.add_argument("--json", metavar="FILE", help="also write the raw figures as JSON")
     args = parser.parse_args(argv)
     name = "smoke" if args.smoke else "quick" if args.quick else "full"
@@ -93,9 +101,13 @@ def main(argv=None) -> int:
     unknown = [p for p in peers if p not in PEERS]
     if unknown:
         parser.error(f"--peers: unknown peer {unknown[0]!r} (known: {', '.join(PEERS)})")
+    protos = [p for p in args.prototype.split(",") if p]
+    if set(protos) - set(PROTOTYPES):
+        parser.error(f"--prototype: unknown {sorted(set(protos) - set(PROTOTYPES))[0]!r} (known: {', '.join(PROTOTYPES)})")
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="gpushare-bench-"))
     results: dict = {"mode": name, "anatomy": [], "nvitop_anatomy": {}, "runs": [], "sim_rss_kib": {},
+                     "prototype_anatomy": {}, "prototype": args.prototype,
                      "python_rss_kib": python_rss_kib()}
     try:
         main_items = [scenario_of(item, tmp) for item in mains]
@@ -107,8 +119,18 @@ def main(argv=None) -> int:
             for exporter in ["gpushare", *peers]:
                 print(f"[bench] process run: {exporter} on {label}", file=sys.stderr, flush=True)
                 results["runs"].append(measure(exporter, path, label, start_at, timing, tmp))
+            if label == main_items[0][0] and name != "smoke":  # the serving path alone: one poll at start, none during the load
+                print(f"[bench] process run: gpushare serving only on {label}", file=sys.stderr, flush=True)
+                quiet = measure("gpushare", path, label, start_at, Timing(0.5, 0.2, timing.load, timing.levels[-1:]),
+                                tmp, interval=3600.0)
+                quiet.exporter = "gpushare-serving-only"
+                results["runs"].append(quiet)
             if "nvitop" in peers:
                 results["nvitop_anatomy"][label] = nvitop_anatomy(path, start_at, polls)
+            if protos:
+                print(f"[bench] prototype {args.prototype} on {label}", file=sys.stderr, flush=True)
+                results["prototype_anatomy"][label] = child_anatomy("gpushare", path, start_at, polls, args.prototype)
+                results["runs"].append(measure("gpushare", path, label, start_at, timing, tmp, prototype=args.prototype))
         for label, path, start_at, _ in [scenario_of(v, tmp) for v in scaled]:
             print(f"[bench] process run: gpushare on {label}", file=sys.stderr, flush=True)
             results["runs"].append(measure("gpushare", path, label, start_at, scaled_timing, tmp))

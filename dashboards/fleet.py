@@ -33,7 +33,7 @@ inventory = Row("Fleet: what GPUs are there and how is each one shared?", (
     Panel("GPUs by sharing mode", "piechart", "short",
           (Query(f"count by (sharing) ({sel('gpushare_gpu_info')})", "{{sharing}}"),), width=8,
           description="exclusive: one process; time_slicing: several without MPS; mps; mig; mig+mps; idle."),
-    Panel("GPUs", "table", "bytes", (
+    Panel("GPUs now", "table", "bytes", (
         Query(with_gpu_identity(sel("gpushare_gpu_memory_used_bytes"))),
         Query(with_gpu_identity(sel("gpushare_gpu_memory_total_bytes"))),
         Query(with_gpu_identity(sel("gpushare_gpu_sm_active_ratio"))),

@@ -164,3 +164,23 @@ def recorded_names(paths: list[Path]) -> set[str]:
     """Names of the recording rules defined in ``paths``."""
     return {rule["record"] for path in paths for group in yaml.safe_load(path.read_text())["groups"]
             for rule in group["rules"] if "record" in rule}
+
+
+def interpolate(expr: str, variables: dict[str, str], time_range: str, rate_interval: str) -> str:
+    """``expr`` as Grafana sends it to Prometheus: ``$__range``, ``$__rate_interval`` and the dashboard
+    variables (``$name`` or ``${name}``/``${name:format}``) replaced by the given values.
+
+    Raises ValueError when a variable is left (``$1`` of label_replace is not one).
+    """
+    text = expr.replace("$__rate_interval", rate_interval).replace("$__range", time_range)
+    for name, value in variables.items():
+        text = re.sub(rf"\$\{{{name}(?::\w+)?\}}|\${name}\b", lambda _: value, text)
+    if re.search(r"\$\{?[A-Za-z_]", text):
+        raise ValueError(f"variable left in {text!r}")
+    return text
+
+
+def grafana_regex_escape(value: str) -> str:
+    """One value of a multi-value variable as Grafana writes it into PromQL: regex characters escaped, and the
+    backslash doubled for the PromQL string (``a.b`` -> ``a\\\\.b``)."""
+    return re.sub(r"[$^*{}\[\]'+?.()|]", lambda m: "\\\\" + m.group(), value)

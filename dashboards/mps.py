@@ -97,6 +97,15 @@ demand = Row("Contention: will the clients' peaks fit together, and when do they
           thresholds=((8 * GiB, "orange"),), base_color="yellow",
           description="Each process's expected memory at the predicted overflow (only while one is predicted)."
                       + FORECAST),
+    Panel("Learned workload profiles", "table", "bytes", (
+        Query(sel("gpushare_workload_profile_peak_bytes", scope=EXPORTER)),
+        Query(sel("gpushare_workload_profile_peak_offset_seconds", scope=EXPORTER)),
+        Query(sel("gpushare_workload_profile_duration_seconds", scope=EXPORTER)),
+        Query(sel("gpushare_workload_profile_runs", scope=EXPORTER)),
+    ), columns=(Column("Peak", "bytes"), Column("Peaks at age", "s"), Column("Run length", "s"),
+                Column("Runs learned", "short")), hide=("job",), width=24,
+        description="What the exporter learned per workload (command line, GPUSHARE_WORKLOAD or Kubernetes owner): "
+                    "the forecast replays these timelines. Runs 0: provisional, not used yet."),
 ))
 
 kills = Row("Outcome: did anyone get killed? (simulation only)", (

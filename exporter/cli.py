@@ -22,6 +22,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("serve", "exporter.commands.serve"),
     ("snapshot", "exporter.commands.snapshot"),
     ("recommend", "exporter.recommend.command"),
+    ("profiles", "exporter.commands.profiles"),
 ]
 
 log = logging.getLogger(__name__)

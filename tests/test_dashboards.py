@@ -10,6 +10,7 @@ Grafana would: All, each exporter alone, and for the GPU detail dashboard each s
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 import re
 import subprocess
@@ -23,6 +24,7 @@ import pytest
 
 from dashboards import generate, lint
 from exporter.collectors import forecast
+from exporter.collectors.base import Spec
 from tests.conftest import REPO, SCENARIOS, require_binary
 from tests.promstack import Exporter, Prometheus, QueryError
 
@@ -41,9 +43,24 @@ def all_targets():
     return [target for board in BOARDS.values() for target in lint.targets(board)]
 
 
+def collector_specs() -> list[Spec]:
+    """Every metric family the modules in exporter/collectors/ declare as a Spec (constants or dict values)."""
+    specs = []
+    for path in sorted((REPO / "exporter" / "collectors").glob("*.py")):
+        module = importlib.import_module(f"exporter.collectors.{path.stem}")
+        for value in vars(module).values():
+            specs += [item for item in (value.values() if isinstance(value, dict) else (value,))
+                      if isinstance(item, Spec)]
+    return specs
+
+
+def collector_families() -> set[str]:
+    return {spec.name for spec in collector_specs()}
+
+
 def metric_types() -> dict[str, str]:
-    """Family name -> type, from docs/metrics.md's tables and the forecast collector's specs."""
-    types = {spec.name: spec.kind for spec in FORECAST_SPECS}
+    """Family name -> type, from the collectors' specs and docs/metrics.md's tables."""
+    types = {spec.name: spec.kind for spec in collector_specs()}
     for name, kind in re.findall(r"^\| `(gpushare_\w+)` \| (\w+) \|", (REPO / "docs" / "metrics.md").read_text(),
                                  re.M):
         types[name] = kind
@@ -80,9 +97,34 @@ def test_dashboard_imports_into_grafana_10_without_naming_an_instance(uid):
     assert not re.search(r"localhost|127\.0\.0\.1|:\d{4,5}\b", path.read_text())
 
 
+def test_docs_tour_every_dashboard_row():
+    """docs/dashboards.md names every dashboard and the question of every row, as the dashboards title them."""
+    docs = (REPO / "docs" / "dashboards.md").read_text()
+    for board in BOARDS.values():
+        assert f"### {board['title']}" in docs and f"`{board['uid']}.json`" in docs
+        for panel in board["panels"]:
+            if panel["type"] == "row":
+                assert f"| {panel['title']} |" in docs, panel["title"]
+
+
+def test_lint_reads_metric_names_counters_and_units_out_of_promql():
+    """The PromQL reader skips functions, keywords, label lists, strings and ranges, and finds rate() arguments."""
+    expr = ('sum by (gpu) (rate(gpushare_gpu_energy_joules_total{job=~"$job"}[5m])) / on(uuid) '
+            'gpushare_gpu_info{sharing="mps"} unless gpushare_gpu_up offset 15m and time() > 0')
+    assert lint.metric_names(expr) == ["gpushare_gpu_energy_joules_total", "gpushare_gpu_info", "gpushare_gpu_up"]
+    assert lint.counter_arguments(expr) == ["gpushare_gpu_energy_joules_total"]
+    assert lint.metric_names('label_replace(up, "x", "$1", "instance", "(.*)")') == ["up"]
+    assert lint.expected_units("gpushare_gpu_memory_used_bytes / gpushare_gpu_memory_total_bytes") == {"percentunit"}
+    assert lint.expected_units("gpushare_gpu_memory_used_bytes") == {"bytes"}
+    assert lint.expected_units("rate(gpushare_gpu_energy_joules_total[1m])") == {"watt"}
+    assert lint.expected_units("count(gpushare_gpu_memory_used_bytes)") == {"short", "none"}
+
+
 def test_queries_select_job_instance_and_gpu_only_through_the_variables():
-    """Every job, instance and gpu matcher in a panel query is the dashboard variable, never a literal value."""
+    """Every job, instance and gpu matcher in a panel query is the dashboard variable, never a literal value,
+    and no other variable is left once the dashboard's are substituted."""
     for target in all_targets():
+        lint.interpolate(target.expr, {"job": "j", "instance": "i", "gpu": "0"}, "1h", RATE_INTERVAL)
         for label, value in re.findall(r"\b(job|instance|gpu)\s*=~?\s*\"([^\"]*)\"", target.expr):
             assert value == f"${label}", (target.dashboard, target.panel, target.expr)
 
@@ -147,21 +189,6 @@ class Run:
         return bool(self.families & FORECAST_FAMILIES)
 
 
-def interpolate(expr: str, variables: dict[str, str], time_range: str) -> str:
-    """``expr`` as Grafana sends it: built-in and dashboard variables replaced."""
-    text = expr.replace("$__rate_interval", RATE_INTERVAL).replace("$__range", time_range)
-    for name, value in variables.items():
-        text = re.sub(rf"\$\{{{name}(?::\w+)?\}}|\${name}\b", lambda _: value, text)
-    assert not re.search(r"\$\{?[A-Za-z_]", text), text  # label_replace's "$1" is not a variable
-    return text
-
-
-def grafana_regex_escape(value: str) -> str:
-    """A value of a multi-value variable as Grafana puts it in PromQL: regex characters escaped, the backslash
-    doubled for the PromQL string."""
-    return re.sub(r"[$^*{}\[\]'+?.()|]", lambda m: "\\\\" + m.group(), value)
-
-
 def selections(run: Run, uid: str) -> dict[str, dict[str, str]]:
     """Variable values to try: All and each exporter alone; for the one-GPU dashboard, each GPU."""
     if uid == "gpushare-gpu":
@@ -171,7 +198,7 @@ def selections(run: Run, uid: str) -> dict[str, dict[str, str]]:
                 for s in gpus}
     out = {"all": {"job": ".*", "instance": ".*", "gpu": ".*"}}
     for scenario, target in run.targets.items():
-        out[scenario] = {"job": ".*", "instance": grafana_regex_escape(target), "gpu": ".*"}
+        out[scenario] = {"job": ".*", "instance": lint.grafana_regex_escape(target), "gpu": ".*"}
     return out
 
 
@@ -183,7 +210,7 @@ def evaluate(run: Run) -> None:
         for target in lint.targets(board):
             for name, variables in choices.items():
                 key = (uid, target.panel, target.ref_id, name)
-                expr = interpolate(target.expr, variables, time_range)
+                expr = lint.interpolate(target.expr, variables, time_range, RATE_INTERVAL)
                 try:
                     if target.instant:  # what the panel shows now; must parse and run
                         run.prom.query(expr, time=run.end)
@@ -233,10 +260,11 @@ def run(tmp_path_factory):
         wan_args = ["--state-dir", str(state_dir)]
     exporters: dict[str, Exporter] = {}
     try:
-        exporters["wan"] = Exporter(SCENARIOS / SCENARIO_FILES["wan"], speed=30, interval=0.5, extra_args=wan_args)
         exporters["mixed"] = Exporter(SCENARIOS / SCENARIO_FILES["mixed"], speed=30, interval=0.5)
         exporters["faults"] = Exporter(SCENARIOS / SCENARIO_FILES["faults"], speed=30, interval=0.5,
                                        extra_args=["--gpu-timeout", "1"])
+        # Last, so that Prometheus sees the Wan story from its first simulated minute.
+        exporters["wan"] = Exporter(SCENARIOS / SCENARIO_FILES["wan"], speed=30, interval=0.5, extra_args=wan_args)
         with Prometheus({"gpushare": [e.target for e in exporters.values()]}, rule_files=RULE_FILES) as prom:
             start = time.time()
             prom.wait_for(f'gpushare_simulation_oom_kills_total{{instance="{exporters["wan"].target}"}} > 0',
@@ -288,8 +316,8 @@ def test_every_panel_the_scenarios_can_feed_has_data(run):
 def series(run: Run, uid: str, title: str, scenario: str, ref_id: str = "A") -> list[list]:
     """Range result of one panel query, variables set to one scenario's exporter."""
     target = next(t for t in lint.targets(BOARDS[uid]) if (t.panel, t.ref_id) == (title, ref_id))
-    variables = {"job": ".*", "instance": grafana_regex_escape(run.targets[scenario]), "gpu": ".*"}
-    expr = interpolate(target.expr, variables, f"{int(run.end - run.start)}s")
+    variables = {"job": ".*", "instance": lint.grafana_regex_escape(run.targets[scenario]), "gpu": ".*"}
+    expr = lint.interpolate(target.expr, variables, f"{int(run.end - run.start)}s", RATE_INTERVAL)
     return run.prom.query_range(expr, run.start, run.end, 1.0)
 
 
@@ -306,10 +334,14 @@ def sim_time_at(run: Run, scenario: str, at: float) -> float:
 
 @pytest.mark.e2e
 def test_values_are_plausible_for_the_unit_each_panel_shows(run):
-    """Values fit the panel's unit: ratios in 0..1, bytes not MiB, hertz not MHz, watts not mW, sane Celsius."""
-    units = {(t.dashboard, t.panel, t.ref_id): t.unit for t in all_targets()}
+    """Values fit the panel's unit: ratios in 0..1, bytes not MiB, hertz not MHz, watts not mW, sane Celsius
+    (counter rates aside: simulated counters run at 30x)."""
+    # Simulated counters advance --speed times faster than the wall clock Prometheus rates them by.
+    units = {(t.dashboard, t.panel, t.ref_id): t.unit for t in all_targets() if not lint.counter_arguments(t.expr)}
     by_unit: dict[str, list[tuple[tuple, float]]] = {}
     for (uid, title, ref_id, _), values in run.values.items():
+        if (uid, title, ref_id) not in units:
+            continue
         by_unit.setdefault(units[(uid, title, ref_id)], []).extend(((uid, title), v) for v in values)
     def outside(unit: str, low: float, high: float) -> list:
         return sorted({(key, v) for key, v in by_unit[unit] if not low <= v <= high and key not in MAY_EXCEED_ONE})
@@ -320,7 +352,7 @@ def test_values_are_plausible_for_the_unit_each_panel_shows(run):
     assert max(v for _, v in by_unit["hertz"]) >= 1e8  # an H100 SM clock is ~2 GHz
     assert outside("watt", 0, 2000) == [] and max(v for _, v in by_unit["watt"]) > 10
     assert outside("celsius", 0, 130) == []
-    for unit in ("s", "short", "cps"):
+    for unit in ("s", "short"):
         assert outside(unit, 0, math.inf) == []
     assert {v for _, v in by_unit["bool_on_off"]} <= {0.0, 1.0}
 
@@ -329,7 +361,13 @@ def test_values_are_plausible_for_the_unit_each_panel_shows(run):
 def test_every_metric_a_dashboard_or_rule_uses_is_exported(run):
     """Every metric named by a panel query, a rule expression or an alert annotation query is a family the
     exporters declare or docs/metrics.md documents (recording rules and Prometheus' own series aside)."""
-    documented = set(re.findall(r"^\| `(gpushare_\w+)` \|", (REPO / "docs" / "metrics.md").read_text(), re.M))
+    documented = set()
+    for doc in ("metrics.md", "alerts.md"):
+        for cell in re.findall(r"^\| (`gpushare_[^|]*)\|", (REPO / "docs" / doc).read_text(), re.M):
+            documented |= set(re.findall(r"`(gpushare_\w+)`", cell))
+    # A family documented but absent from every scrape (e.g. only present while an OOM is predicted on a MIG
+    # instance) must at least be one the exporter's collectors define.
+    assert sorted(documented - run.families - collector_families()) == []
     known = documented | run.families | lint.PROMETHEUS_SERIES | lint.recorded_names(RULE_FILES)
     used = {(f"dashboard {t.dashboard}: {t.panel}", name) for t in all_targets() for name in lint.metric_names(t.expr)}
     for path in RULE_FILES:

@@ -1,17 +1,27 @@
-"""docs/metrics.md and the real /metrics output describe the same families."""
+"""docs/metrics.md and the real /metrics output describe the same families.
+
+The rendered exposition is the rich snapshot plus the forecast collector over a Foresight that
+learned the Wan job on a whole MPS GPU and (at half size) in a MIG instance, then watched three
+of each start together: every forecast family, the conditional ones included, has samples.
+"""
 
 from __future__ import annotations
 
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from exporter.collectors.forecast import ForecastCollector
+from exporter.foresight import Foresight
 from exporter.poller import Poller
+from exporter.snapshot import Snapshot
+from foresight_scenarios import WAN_DURATION, Job, MiB, mig_snapshot, mps_gpu_snapshot, replay, wan_memory
 from snapshot_samples import rich_snapshot
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
@@ -48,9 +58,48 @@ def documented() -> dict[str, dict]:
     return rows
 
 
+MIG_UUID = "GPU-7f3a9c2e-0000-4000-8000-00000000000b"
+MIG_INSTANCE = (1, "3g.40gb", 40448 * MiB)  # (gi, profile, bytes) as on an H100
+
+
+def half_wan(age: float) -> int:
+    """A Wan job at half size: 11 GiB, 16.5 GiB at its end; three need 49.5 GiB at once, 38.5 staggered."""
+    return wan_memory(age) // 2
+
+
+def two_gpus(t: float, jobs: list[Job]) -> Snapshot:
+    """GPU 0: whole-GPU MPS with the jobs without gi; GPU 1: MIG with those in gi 1."""
+    mps = mps_gpu_snapshot(t, [j for j in jobs if j.gi is None])
+    mig = mig_snapshot(t, [j for j in jobs if j.gi is not None], [MIG_INSTANCE]).gpus[0]
+    mig = replace(mig, index=1, uuid=MIG_UUID, pci_bus_id="00000000:2A:00.0",
+                  processes=tuple(replace(p, gpu_index=1) for p in mig.processes))
+    return replace(mps, gpus=mps.gpus + (mig,))
+
+
+def contending_foresight(state_dir) -> Foresight:
+    """A Foresight that learned one solo run per device size, then saw three jobs start together on each.
+
+    Polled every 5 s from 30 s before the start to 15 s after: memory is rising (exhaustion
+    ETA), the jobs follow their profiles, and their peaks together exceed both devices while a
+    spacing of their starts fits (contention ETA, stagger, memory at contention).
+    """
+    foresight = Foresight(state_dir=state_dir)
+    t0 = 1_000_000.0
+    solo = [Job(pid=101, start=t0 + 10.0), Job(pid=201, start=t0 + 10.0, gi=1, memory=half_wan)]
+    for _ in replay(foresight, solo, t0, t0 + WAN_DURATION + 20.0, build=two_gpus):
+        pass
+    start = t0 + WAN_DURATION + 400.0  # the solo run has left the 5-minute trend window
+    together = [Job(pid=300 + i, start=start) for i in range(3)]
+    together += [Job(pid=400 + i, start=start, gi=1, memory=half_wan) for i in range(3)]
+    for _ in replay(foresight, together, start - 30.0, start + 15.0, build=two_gpus):
+        pass
+    return foresight
+
+
 @pytest.fixture(scope="module")
-def exposition():
-    poller = Poller(RichBackend(), interval=5.0)
+def exposition(tmp_path_factory):
+    foresight = contending_foresight(tmp_path_factory.mktemp("state"))
+    poller = Poller(RichBackend(), interval=5.0, extra_collectors=[ForecastCollector(foresight)])
     assert poller.poll_once()
     return poller.exposition
 
@@ -94,6 +143,26 @@ def test_doc_covers_the_contract_families():
         "gpushare_simulation_oom_kills_total", "gpushare_gpu_xid_errors_total",
     }
     assert must <= set(documented())
+
+
+def test_forecast_families_are_rendered(exposition):
+    """The forecast predicts contention on the MPS GPU and in the MIG instance, with advice, for the six jobs.
+
+    Three Wan jobs need 99 GiB at their peaks on a 79 GiB GPU, three half-size ones 49.5 GiB in
+    a 39.5 GiB instance; started apart both fit (77 and 38.5 GiB), so a stagger exists.
+    """
+    samples = {}
+    for family in parse_text(exposition.text.decode()):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append(sample)
+    assert [s.labels["uuid"] for s in samples["gpushare_gpu_memory_headroom_bytes"] if s.value < 0] == [
+        "GPU-7f3a9c2e-0000-4000-8000-000000000001"]
+    assert [s.labels["gi"] for s in samples["gpushare_mig_memory_headroom_bytes"] if s.value < 0] == ["1"]
+    assert len(samples["gpushare_gpu_memory_stagger_needed_seconds"]) == 1
+    assert len(samples["gpushare_mig_memory_stagger_needed_seconds"]) == 1
+    assert sorted(s.labels["pid"] for s in samples["gpushare_process_memory_expected_at_contention_bytes"]) == [
+        "300", "301", "302", "400", "401", "402"]
+    assert [s.value for s in samples["gpushare_workload_profile_runs"]] == [1, 1]
 
 
 def test_text_format_parses_and_types_agree(exposition):

@@ -238,13 +238,24 @@ def nvitop_polls(scenario_path, start_at: float, polls: int, warmup: int = 3):
 
 
 def _main(argv=None) -> int:
-    """``anatomy.py nvitop SCENARIO START_AT POLLS``: print nvitop's figures as one JSON line."""
+    """``anatomy.py nvitop SCENARIO START_AT POLLS`` or ``anatomy.py gpushare SCENARIO START_AT POLLS
+    [PROTOTYPES]``: print the figures as one JSON line (gpushare with prototypes applied)."""
     import json
     import logging
     import sys
 
     args = argv if argv is not None else sys.argv[1:]
     logging.disable(logging.CRITICAL)
+    if args[0] == "gpushare":
+        from perf.minimum import minimum_calls
+        from perf.prototypes import apply
+
+        apply([p for p in (args[4] if len(args) > 4 else "").split(",") if p])
+        cost, exposition = gpushare_polls(args[1], float(args[2]), int(args[3]))
+        out = {k: v for k, v in vars(cost).items() if not isinstance(v, Counter)}
+        out.update(minimum=sum(minimum_calls(exposition.snapshot).values()), cpu_exporter=cost.cpu_exporter)
+        print(json.dumps(out))
+        return 0
     try:
         cost, render, render_gz, size = nvitop_polls(args[1], float(args[2]), int(args[3]))
     except ImportError:

@@ -108,13 +108,13 @@ def _wait_ready(child: Child) -> None:
     raise RuntimeError(f"{child.name} did not serve {child.url} within {START_TIMEOUT_S:g}s")
 
 
-def start(name: str, scenario: Path, start_at: float, interval: float, logdir: Path) -> Child:
+def start(name: str, scenario: Path, start_at: float, interval: float, logdir: Path, extra=()) -> Child:
     """Launch exporter ``name`` ("gpushare" or "nvitop") on ``scenario`` and wait until it serves."""
     port = free_port()
     launcher = HERE / f"launch_{name}.py"
     log = logdir / f"{name}-{scenario.stem}-{port}.log"
     cmd = [sys.executable, str(launcher), str(scenario), "--port", str(port),
-           "--interval", str(interval), "--start-at", str(start_at)]
+           "--interval", str(interval), "--start-at", str(start_at), *extra]
     with open(log, "wb") as err:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
     child = Child(name, proc, f"http://127.0.0.1:{port}/metrics", log)

@@ -2,11 +2,13 @@
 
     python bench/perf/launch_gpushare.py SCENARIO --port N [--interval 1] [--start-at 600]
     python bench/perf/launch_gpushare.py SCENARIO --sim-only
+    python bench/perf/launch_gpushare.py SCENARIO --port N --prototype prewarm,switch
 
 The only difference from ``serve``: the virtual clock starts at ``--start-at`` seconds (so a
 scenario can be looked at in its steady state) and then advances with real time. Listens
 on 127.0.0.1 only; stops on SIGTERM/SIGINT. ``--sim-only`` loads and installs the
-simulation and idles: the RSS of the simulation, for comparison.
+simulation and idles: the RSS of the simulation, for comparison. ``--prototype`` patches
+in proposed fixes (bench/perf/prototypes.py) to measure what they would gain.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--start-at", type=float, default=0.0, help="virtual seconds at launch")
     parser.add_argument("--sim-only", action="store_true", help="install the simulation and idle")
+    parser.add_argument("--prototype", default="", help="proposed fixes to patch in (bench/perf/prototypes.py)")
     return parser.parse_args(argv)
 
 
@@ -68,6 +71,11 @@ def main(argv=None) -> int:
         idle_until_signal()
         sim.close()
         return 0
+    if args.prototype:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from perf.prototypes import apply
+
+        apply(args.prototype.split(","))
     from exporter.backend.sim import SimBackend
     from exporter.logging_setup import configure_logging
     from exporter.poller import Poller

@@ -36,15 +36,6 @@ def main(argv=None) -> int:
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--start-at", type=float, default=0.0)
     args = parser.parse_args(argv)
-    try:
-        import importlib.util
-
-        if importlib.util.find_spec("nvitop_exporter") is None:
-            raise ImportError
-    except ImportError:
-        print("nvitop-exporter is not installed (pip install nvitop-exporter)", file=sys.stderr)
-        return NOT_INSTALLED
-
     from exporter.sim import Simulation
     from exporter.sim.scenario import load_scenario
 
@@ -52,11 +43,14 @@ def main(argv=None) -> int:
     sim.install()  # before nvitop imports pynvml's functions
     sim.advance_to(args.start_at)
     launched = time.monotonic()
-
+    try:
+        from nvitop_exporter import cli
+        from nvitop_exporter.exporter import PrometheusExporter
+    except ImportError as exc:
+        sim.close()
+        print(f"nvitop-exporter is not installed ({exc}; pip install nvitop-exporter)", file=sys.stderr)
+        return NOT_INSTALLED
     from prometheus_client import Counter
-
-    from nvitop_exporter import cli
-    from nvitop_exporter.exporter import PrometheusExporter
 
     polls = Counter("bench_polls", "nvitop-exporter update rounds (added by the bench launcher)")
     update_host = PrometheusExporter.update_host

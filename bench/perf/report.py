@@ -56,6 +56,10 @@ def targets(results, label) -> str:
     if len(levels) > 1:
         lo, hi = _p(run, levels[0], 99), _p(run, levels[-1], 99)
         rows.append([f"scrape p99 {levels[-1]} vs {levels[0]} scrapers", ratio(hi, lo), "flat", _ok(hi is not None and lo and hi <= max(2 * lo, TARGET_P99_S))])
+    quiet = _run(results, "gpushare-serving-only", label)
+    if quiet is not None and quiet.loads:
+        level = max(quiet.loads)
+        rows.append([f"  same, {level} scrapers, no poll during the load (serving path alone)", ms(_p(quiet, level, 99), 2) + " ms", "-", "-"])
     cold = _cold(run)
     rows.append(["scrape p50 / max, first after a poll", f"{ms(_pooled(cold, 50), 2)} / {ms(max(cold) if cold else None, 1)} ms", "-", "-"])
     rows.append(["poll CPU, % of a core at 1 s (process, simulated driver included)", pct(run.core_percent if run else None), "<= 1%", _ok(run and run.core_percent is not None and run.core_percent <= TARGET_CORE_PCT)])
@@ -159,11 +163,34 @@ def calls(results, label) -> str:
     return out + table(f"C symbols called per poll on {label} (sim.call_counts)", ["symbol", "gpushare", "nvitop"], c_rows)
 
 
+def prototype(results, label) -> str:
+    """Before (the code as it is) / with the proposed fixes patched in, on one scenario."""
+    names = results.get("prototype")
+    before, after = _run(results, "gpushare", label), _run(results, f"gpushare+{names}", label)
+    anat, proto = _anatomy(results, label), results["prototype_anatomy"].get(label)
+    if not names or after is None:
+        return ""
+    rows = []
+    for level in sorted(before.loads):
+        for q in (50, 99):
+            rows.append([f"scrape p{q}, {level} scraper(s) (ms)", ms(_p(before, level, q), 2), ms(_p(after, level, q), 2)])
+    cold_b, cold_a = _cold(before), _cold(after)
+    rows.append(["scrape p50, first after a poll (ms)", ms(_pooled(cold_b, 50), 2), ms(_pooled(cold_a, 50), 2)])
+    rows.append(["% of a core at 1 s, process", pct(before.core_percent), pct(after.core_percent)])
+    if proto and "cpu_exporter" in proto:
+        rows.append(["poll CPU, exporter only (ms)", ms(anat["cost"].cpu_exporter), ms(proto["cpu_exporter"])])
+        rows.append(["  of which render (ms)", ms(anat["cost"].cpu_render), ms(proto["cpu_render"])])
+    rows.append(["RSS after warm-up (MiB)", mib(before.rss_kib), mib(after.rss_kib)])
+    return table(f"Prototype fixes on {label}: {names}", ["figure", "before", "prototype"], rows,
+                 "prototype = the proposed fixes monkeypatched in by bench/perf/prototypes.py (exporter/ unchanged).")
+
+
 def render(results) -> str:
     parts = [f"gpushare-exporter bench ({results['mode']} mode, {results.get('seconds', 0):.0f} s)\n"]
     for label in results["sim_rss_kib"]:
         parts.append(targets(results, label))
         parts.append(side_by_side(results, label))
+        parts.append(prototype(results, label))
     parts.append(scaling(results))
     first = next(iter(results["sim_rss_kib"]), None)
     if first:

@@ -55,11 +55,15 @@ class ProcessRun:
 
 
 def measure(exporter: str, scenario: Path, label: str, start_at: float, timing: Timing,
-            logdir: Path, interval: float = 1.0) -> ProcessRun:
-    """Run ``exporter`` ("gpushare" | "nvitop") on ``scenario`` and measure it."""
-    run = ProcessRun(exporter, label)
+            logdir: Path, interval: float = 1.0, prototype: str = "") -> ProcessRun:
+    """Run ``exporter`` ("gpushare" | "nvitop") on ``scenario`` and measure it.
+
+    ``prototype``: proposed fixes patched into gpushare (the run is named "gpushare+<names>").
+    """
+    run = ProcessRun(exporter + (f"+{prototype}" if prototype else ""), label)
+    extra = ("--prototype", prototype) if prototype else ()
     try:
-        child = children.start(exporter, scenario, start_at, interval, logdir)
+        child = children.start(exporter, scenario, start_at, interval, logdir, extra)
     except children.Skip as exc:
         run.skipped = str(exc)
         return run

@@ -1,0 +1,141 @@
+"""Read-only NVML probes for bench/real_gpu_smoke.py: the same questions to a real GPU and the fake.
+
+Only Get/Query calls: nothing here changes a GPU setting. Each probe answers an *outcome*:
+``("ok", value)`` or ``("error", "NotSupported")`` (pynvml error class suffix). Static
+probes (identity, sizes, tables) are compared by value; dynamic ones (power, clocks,
+utilization...) only by whether they answered or which error they raised.
+"""
+
+from __future__ import annotations
+
+# (label, pynvml function, argument builder (nv, handle) -> args, static?)
+GPU_PROBES = (
+    ("name", "nvmlDeviceGetName", lambda nv, h: (h,), True),
+    ("memory total (v2)", "nvmlDeviceGetMemoryInfo", lambda nv, h: (h, nv.nvmlMemory_v2), True),
+    ("MIG mode", "nvmlDeviceGetMigMode", lambda nv, h: (h,), True),
+    ("max MIG devices", "nvmlDeviceGetMaxMigDeviceCount", lambda nv, h: (h,), True),
+    ("GPM support", "nvmlGpmQueryDeviceSupport", lambda nv, h: (h,), True),
+    ("supported clock-event reasons", "nvmlDeviceGetSupportedClocksEventReasons", lambda nv, h: (h,), True),
+    ("SM count (attributes)", "nvmlDeviceGetAttributes", lambda nv, h: (h,), True),
+    ("GPU cores", "nvmlDeviceGetNumGpuCores", lambda nv, h: (h,), True),
+    ("power usage", "nvmlDeviceGetPowerUsage", lambda nv, h: (h,), False),
+    ("enforced power limit", "nvmlDeviceGetEnforcedPowerLimit", lambda nv, h: (h,), False),
+    ("energy", "nvmlDeviceGetTotalEnergyConsumption", lambda nv, h: (h,), False),
+    ("temperature", "nvmlDeviceGetTemperature", lambda nv, h: (h, nv.NVML_TEMPERATURE_GPU), False),
+    ("clock graphics", "nvmlDeviceGetClockInfo", lambda nv, h: (h, nv.NVML_CLOCK_GRAPHICS), False),
+    ("clock sm", "nvmlDeviceGetClockInfo", lambda nv, h: (h, nv.NVML_CLOCK_SM), False),
+    ("clock memory", "nvmlDeviceGetClockInfo", lambda nv, h: (h, nv.NVML_CLOCK_MEM), False),
+    ("clock video", "nvmlDeviceGetClockInfo", lambda nv, h: (h, nv.NVML_CLOCK_VIDEO), False),
+    ("current clock-event reasons", "nvmlDeviceGetCurrentClocksEventReasons", lambda nv, h: (h,), False),
+    ("ECC corrected (volatile)", "nvmlDeviceGetTotalEccErrors",
+     lambda nv, h: (h, nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC), False),
+    ("ECC uncorrected (volatile)", "nvmlDeviceGetTotalEccErrors",
+     lambda nv, h: (h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC), False),
+    ("utilization", "nvmlDeviceGetUtilizationRates", lambda nv, h: (h,), False),
+    ("compute mode", "nvmlDeviceGetComputeMode", lambda nv, h: (h,), False),
+    ("process utilization", "nvmlDeviceGetProcessUtilization", lambda nv, h: (h, 0), False),
+    ("compute processes", "nvmlDeviceGetComputeRunningProcesses", lambda nv, h: (h,), False),
+    ("encoder utilization", "nvmlDeviceGetEncoderUtilization", lambda nv, h: (h,), False),
+    ("fan speed", "nvmlDeviceGetFanSpeed", lambda nv, h: (h,), False),
+    ("PCIe TX throughput", "nvmlDeviceGetPcieThroughput", lambda nv, h: (h, nv.NVML_PCIE_UTIL_TX_BYTES), False),
+)
+# Asked on a MIG device handle (the first one), when MIG is on.
+MIG_PROBES = (
+    ("MIG: memory total", "nvmlDeviceGetMemoryInfo", lambda nv, h: (h, nv.nvmlMemory_v2), True),
+    ("MIG: SM count (attributes)", "nvmlDeviceGetAttributes", lambda nv, h: (h,), True),
+    ("MIG: power usage", "nvmlDeviceGetPowerUsage", lambda nv, h: (h,), False),
+    ("MIG: temperature", "nvmlDeviceGetTemperature", lambda nv, h: (h, nv.NVML_TEMPERATURE_GPU), False),
+    ("MIG: clock sm", "nvmlDeviceGetClockInfo", lambda nv, h: (h, nv.NVML_CLOCK_SM), False),
+    ("MIG: utilization", "nvmlDeviceGetUtilizationRates", lambda nv, h: (h,), False),
+    ("MIG: compute processes", "nvmlDeviceGetComputeRunningProcesses", lambda nv, h: (h,), False),
+)
+
+
+def _error_name(nv, exc) -> str:
+    if isinstance(exc, nv.NVMLLibraryMismatchError):
+        return "LibraryMismatch"
+    return type(exc).__name__.removeprefix("NVMLError_")
+
+
+def _summary(label: str, value):
+    """The part of an answer worth comparing/printing."""
+    if label.endswith("memory total (v2)") or label.endswith("memory total"):
+        return f"total {value.total} reserved {getattr(value, 'reserved', '?')}"
+    if "attributes" in label:
+        return f"SMs {value.multiprocessorCount} memory {value.memorySizeMB} MB"
+    if label == "GPM support":
+        return f"isSupportedDevice {value.isSupportedDevice}"
+    if label in ("MIG mode",):
+        return f"current {value[0]} pending {value[1]}"
+    if "processes" in label or label == "process utilization":
+        return f"{len(value)} entries"
+    if hasattr(value, "gpu") and hasattr(value, "memory"):
+        return "gpu/memory %"
+    return value
+
+
+def ask(nv, probes, handle) -> dict:
+    """label -> ("ok", summary) | ("error", name) for each probe on ``handle``."""
+    out = {}
+    for label, fn, build, _ in probes:
+        try:
+            out[label] = ("ok", _summary(label, getattr(nv, fn)(*build(nv, handle))))
+        except (nv.NVMLError, nv.NVMLLibraryMismatchError) as exc:
+            out[label] = ("error", _error_name(nv, exc))
+    return out
+
+
+def profiles(nv, handle) -> dict:
+    """Profile enum index -> (id, name, SMs, memory MB, slices), asked as the exporter asks (pynvml's
+    default, the v2 struct); and the outcome of the v1 call for enum 0."""
+    table, v1 = {}, None
+    for enum in range(64):
+        try:
+            info = nv.nvmlDeviceGetGpuInstanceProfileInfo(handle, enum)
+        except nv.NVMLError_InvalidArgument:
+            break
+        except (nv.NVMLError, nv.NVMLLibraryMismatchError) as exc:
+            table[enum] = ("error", _error_name(nv, exc))
+            continue
+        name = info.name.decode() if isinstance(info.name, bytes) else str(info.name)
+        table[enum] = ("ok", (int(info.id), name, int(info.multiprocessorCount), int(info.memorySizeMB),
+                              int(info.sliceCount)))
+    try:
+        nv.nvmlDeviceGetGpuInstanceProfileInfo(handle, 0, version=1)
+        v1 = ("ok", "answers")
+    except (nv.NVMLError, nv.NVMLLibraryMismatchError) as exc:
+        v1 = ("error", _error_name(nv, exc))
+    except TypeError:  # an nvidia-ml-py without the version argument
+        v1 = ("error", "no version argument in this nvidia-ml-py")
+    return {"table": table, "v1 call": v1}
+
+
+def mig_layout(nv, handle) -> list[dict]:
+    """The GPU's MIG instances as scenario entries ({profile, start}), one per GPU instance."""
+    names = {}
+    for outcome in profiles(nv, handle)["table"].values():
+        if outcome[0] == "ok":
+            names[outcome[1][0]] = outcome[1][1].removeprefix("MIG ").strip()
+    layout, seen = [], set()
+    for index in range(nv.nvmlDeviceGetMaxMigDeviceCount(handle)):
+        try:
+            mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+            gi = nv.nvmlDeviceGetGpuInstanceId(mig)
+            if gi in seen:
+                continue
+            seen.add(gi)
+            info = nv.nvmlGpuInstanceGetInfo(nv.nvmlDeviceGetGpuInstanceById(handle, gi))
+        except nv.NVMLError:
+            continue
+        layout.append({"profile": names.get(int(info.profileId), str(info.profileId)),
+                       "start": int(info.placement.start)})
+    return layout
+
+
+def first_mig_handle(nv, handle):
+    for index in range(nv.nvmlDeviceGetMaxMigDeviceCount(handle)):
+        try:
+            return nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+        except nv.NVMLError:
+            continue
+    return None

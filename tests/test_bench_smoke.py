@@ -1,0 +1,73 @@
+"""Smoke tests of the exporter bench harness (bench/exporter_bench.py) and the real-GPU check.
+
+They check that the harness runs end to end and reports; they never assert on speed (the
+figures themselves are the bench's output, not test material).
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "bench" / "exporter_bench.py"
+REAL_GPU = REPO / "bench" / "real_gpu_smoke.py"
+
+
+def _bench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCH), "--smoke", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=240, env=env)
+
+
+def test_smoke_run_prints_every_table():
+    """A --smoke run on the 1-GPU scenario exits 0 and prints targets, scaling and NVML call tables."""
+    out = _bench()
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = out.stdout
+    for title in ("== Targets: gpushare on 1gpu-10proc", "== Scaling: gpushare per poll",
+                  "== NVML calls per poll on 1gpu-10proc", "== C symbols called per poll on 1gpu-10proc"):
+        assert title in text
+    # The peer is either measured side by side or skipped with its one line, never silently absent.
+    assert "== Side by side on 1gpu-10proc" in text or "nvitop-exporter: skipped:" in text
+    calls = re.search(r"NVML calls per poll / minimum\s+(\d+) / (\d+)", text)
+    assert calls is not None
+    # The minimum leaves out cached identity the exporter also skips, so it can never exceed the calls made.
+    assert 0 < int(calls.group(2)) <= int(calls.group(1))
+
+
+def test_missing_peer_is_skipped_with_one_line(tmp_path):
+    """When nvitop-exporter cannot be imported the bench says so in one line and still finishes."""
+    stub = tmp_path / "nvitop_exporter"
+    stub.mkdir()
+    (stub / "__init__.py").write_text('raise ImportError("hidden by the bench smoke test")\n')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    out = _bench("--peers", "nvitop", env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    skipped = [line for line in out.stdout.splitlines() if "nvitop-exporter: skipped:" in line]
+    assert len(skipped) == 1
+    assert "not installed" in skipped[0]
+    assert "== Side by side" not in out.stdout
+
+
+def test_unknown_peer_is_a_usage_error():
+    """Naming a peer the bench does not know is refused before anything runs."""
+    out = _bench("--peers", "no-such-exporter")
+    assert out.returncode == 2
+    assert "unknown peer" in out.stderr
+
+
+@pytest.mark.skipif(ctypes.util.find_library("nvidia-ml") is not None, reason="this host has an NVIDIA driver")
+def test_real_gpu_check_refuses_without_a_driver():
+    """Without an NVIDIA driver the real-GPU check prints one error line and exits 2."""
+    out = subprocess.run([sys.executable, str(REAL_GPU)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    lines = (out.stdout + out.stderr).strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("real_gpu_smoke: error:")
+    assert "driver" in lines[0]
