@@ -29,7 +29,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 from perf import report  # noqa: E402
 from perf.anatomy import gpushare_polls  # noqa: E402
-from perf.children import python_rss_kib, sim_only_rss_kib  # noqa: E402
+from perf.children import REAL_IMPORTS, import_rss_kib, sim_only_rss_kib  # noqa: E402
 from perf.minimum import minimum_calls  # noqa: E402
 from perf.prototypes import PROTOTYPES  # noqa: E402
 from perf.runs import Timing, measure  # noqa: E402
@@ -43,9 +43,9 @@ PEERS = ("nvitop",)
 MODES = {
     "full": (("mixed", Variant(8, 300)),
              (Variant(1, 10), Variant(1, 100), Variant(8, 10), Variant(8, 1000), Variant(16, 300),
-              Variant(16, 1000)),
+              Variant(16, 1000), Variant(8, 300, all_mig=True)),
              8, Timing(warmup=3, idle=8, load=5), Timing(warmup=2, idle=4, load=4, levels=(10,))),
-    "quick": (("mixed",), (Variant(1, 10),), 3, Timing(warmup=2, idle=4, load=2.5),
+    "quick": (("mixed",), (Variant(1, 10),), 3, Timing(warmup=1.5, idle=3, load=2),
               Timing(warmup=1, idle=2, load=2, levels=(10,))),
     "smoke": ((Variant(1, 10),), (), 2, Timing(warmup=0.5, idle=1, load=0.5, levels=(1, 10)), None),
 }
@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="gpushare-bench-"))
     results: dict = {"mode": name, "anatomy": [], "nvitop_anatomy": {}, "runs": [], "sim_rss_kib": {},
                      "prototype_anatomy": {}, "prototype": args.prototype,
-                     "python_rss_kib": python_rss_kib()}
+                     "python_rss_kib": import_rss_kib(), "floor_real_kib": import_rss_kib(REAL_IMPORTS)}
     try:
         main_items = [scenario_of(item, tmp) for item in mains]
         for label, path, start_at, gpus in main_items + [scenario_of(v, tmp) for v in scaled]:

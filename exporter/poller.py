@@ -185,6 +185,13 @@ class Poller:
         except Exception:  # noqa: BLE001 - keep serving the previous bytes
             log.exception("rendering metrics failed; serving the previous exposition")
             return
+        # Scrapers ask for the same format every time (Prometheus: OpenMetrics + gzip). Render the
+        # variants the previous exposition was asked for here, in the poll thread, so that no
+        # scrape pays for rendering on the event loop.
+        previous = self._exposition
+        if previous is not None:
+            for openmetrics_format, gzipped in previous.rendered_variants():
+                exposition.body(openmetrics_format=openmetrics_format, gzipped=gzipped)
         self._exposition = exposition  # the atomic swap readers rely on
 
     # -- lifecycle ------------------------------------------------------------------

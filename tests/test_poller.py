@@ -159,6 +159,17 @@ def test_formats_are_lazy_and_memoised():
     assert exposition.rendered_variants() == {(False, False), (True, False), (False, True)}
 
 
+def test_next_poll_prerenders_the_variants_scrapers_asked_for():
+    """After a scrape asked for OpenMetrics+gzip, the next poll renders that variant before the swap."""
+    poller = Poller(FakeBackend(rich_snapshot()), 5.0)
+    poller.poll_once()
+    poller.exposition.body(openmetrics_format=True, gzipped=True)
+    poller.poll_once()
+    fresh = poller.exposition
+    assert (True, True) in fresh.rendered_variants()
+    assert (False, True) not in fresh.rendered_variants()  # nobody asked for text+gzip
+
+
 def test_concurrent_first_requests_render_once(monkeypatch):
     """Many threads asking for OpenMetrics at once trigger a single render."""
     poller = Poller(FakeBackend(rich_snapshot()), 5.0)

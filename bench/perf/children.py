@@ -126,10 +126,15 @@ def start(name: str, scenario: Path, start_at: float, interval: float, logdir: P
     return child
 
 
-def python_rss_kib() -> int:
-    """RSS (KiB) of a bare Python that imported pynvml: the floor under every exporter here."""
-    code = ("import pynvml, re; print(re.search(r'VmRSS:\\s+(\\d+)', open('/proc/self/status').read()).group(1))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+# Modules `exporter serve` imports on a real host (no simulator).
+REAL_IMPORTS = ("exporter.cli", "exporter.commands.serve", "exporter.backend.nvml", "exporter.poller", "exporter.server")
+
+
+def import_rss_kib(modules=("pynvml",)) -> int:
+    """RSS (KiB) of a fresh Python that imported ``modules`` and nothing else."""
+    code = (f"import {', '.join(modules)}, re; "
+            "print(re.search(r'VmRSS:\\s+(\\d+)', open('/proc/self/status').read()).group(1))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     return int(out.stdout.strip())
 
 

@@ -13,6 +13,8 @@ is described in docs/performance.md ("Findings"), with where the real fix belong
   for the GIL while the poll thread runs Python code (default 5 ms).
 - ``one-reader``: NvmlBackend reads one GPU at a time (max_workers=1) instead of one
   thread per GPU at once: fewer threads competing with the event loop for the GIL.
+- ``inline-reads``: the GPUs are read one after the other in the poll thread, no thread per
+  GPU (measures what the threads cost; drops the hung-GPU timeout, so not a fix as is).
 - ``sim-index``: the *simulator's* Engine.alive() looks only at the processes of the asked
   GPU/device (indexed once) instead of scanning and sorting every process of the scenario
   (GPM answers evaluate it 32 times per call): the fake driver gets cheaper, closer to the
@@ -27,7 +29,7 @@ import sys
 
 from prometheus_client.exposition import generate_latest
 
-PROTOTYPES = ("lean-text", "prewarm", "switch", "one-reader", "sim-index")
+PROTOTYPES = ("lean-text", "prewarm", "switch", "one-reader", "inline-reads", "sim-index")
 _LEGACY_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _TYPE_IN_TEXT = {"info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram", "unknown": "untyped"}
 _OM_ONLY = ("_created", "_gsum", "_gcount")
@@ -98,6 +100,18 @@ def apply(names) -> None:
         sys.setswitchinterval(0.0005)
     if "sim-index" in names:
         _index_simulator()
+    if "inline-reads" in names:
+        import threading
+
+        from exporter.backend import nvml
+
+        class InlineRun:
+            def __init__(self, reader, limiter):
+                self.done = threading.Event()
+                self.result = reader.read()
+                self.done.set()
+
+        nvml._Run = InlineRun
     if "one-reader" in names:
         import threading
 

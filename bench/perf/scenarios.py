@@ -3,7 +3,8 @@
 A variant is (GPUs, processes). GPUs take the roles of the mixed node in turn
 (examples/scenarios/gen_mixed_node.py): index mod 8 = 0 MIG "balanced" (4 instances),
 1 MIG + MPS (2 instances), 2 MPS, 3 time-slicing, 4 exclusive (one process), 5 idle,
-6 MIG 7x 1g.10gb, 7 MPS. A 1-GPU variant is a single time-sliced GPU. Every process runs
+6 MIG 7x 1g.10gb, 7 MPS. A 1-GPU variant is a single time-sliced GPU. An ``all_mig``
+variant gives every GPU role 6 (the most MIG devices NVML can show). Every process runs
 from t = 0 for ever with constant memory (80 % of its device shared evenly), so the number
 of live processes is the same at any instant the bench looks: the figures depend on the
 size of the node, not on when they were taken.
@@ -47,17 +48,22 @@ class Variant:
 
     gpus: int
     processes: int
+    all_mig: bool = False
 
     @property
     def name(self) -> str:
-        return f"{self.gpus}gpu-{self.processes}proc"
+        return f"{self.gpus}gpu-{'mig7x1g-' if self.all_mig else ''}{self.processes}proc"
+
+    def role(self, gpu: int) -> int:
+        """Index into ROLES of GPU ``gpu``."""
+        return 6 if self.all_mig else 3 if self.gpus == 1 else gpu % 8
 
 
-def _devices(gpus: int) -> list[tuple[int, int | None, int, float, bool]]:
+def _devices(variant: Variant) -> list[tuple[int, int | None, int, float, bool]]:
     """(gpu, mig index or None, weight, capacity MiB, mps) for every device of the node."""
     out = []
-    for gpu in range(gpus):
-        role = 3 if gpus == 1 else gpu % 8
+    for gpu in range(variant.gpus):
+        role = variant.role(gpu)
         mig, mps, _, weights = ROLES[role]
         if mig is None:
             out.append((gpu, None, weights[0], H100_MIB, mps))
@@ -85,8 +91,7 @@ def render(variant: Variant) -> str:
              f"description: bench variant of the mixed H100 node, {variant.name}",
              "gpus:"]
     for gpu in range(variant.gpus):
-        role = 3 if variant.gpus == 1 else gpu % 8
-        mig, mps, mode, _ = ROLES[role]
+        mig, mps, mode, _ = ROLES[variant.role(gpu)]
         lines.append("  - model: H100-80GB")
         if mig is not None:
             lines.append("    mig:")
@@ -95,8 +100,8 @@ def render(variant: Variant) -> str:
             lines.append("    mps: true")
         if mode:
             lines.append(f"    compute_mode: {mode}")
-    devices = _devices(variant.gpus)
-    exclusive = [d for d in devices if variant.gpus > 1 and d[0] % 8 == 4]
+    devices = _devices(variant)
+    exclusive = [d for d in devices if variant.role(d[0]) == 4]
     rest = variant.processes - min(len(exclusive), variant.processes)
     counts = _split(rest, [d[2] for d in devices])
     counts = [c + (1 if d in exclusive and variant.processes > 0 else 0) for c, d in zip(counts, devices)]
