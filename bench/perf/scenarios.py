@@ -12,28 +12,27 @@ size of the node, not on when they were taken.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
+# The node's layout and its GPU stanzas come from the mixed node's own generator; sizes from
+# the catalog. Role 4 (exclusive) gets exactly one process, added apart, so it has weight 0.
+_GEN_PATH = Path(__file__).resolve().parents[2] / "examples" / "scenarios" / "gen_mixed_node.py"
+_spec = importlib.util.spec_from_file_location("gen_mixed_node", _GEN_PATH)
+gen_mixed_node = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gen_mixed_node)
+
 MIB = 2**20
-H100_MIB = 81559 - 328  # catalog H100-80GB total - reserved (as gen_mixed_node.py)
-PROFILE_MIB = {"1g.10gb": 9984, "2g.20gb": 20096, "3g.40gb": 40448, "4g.40gb": 40448}
+H100 = gen_mixed_node.H100
+H100_MIB = H100.memory_capacity_bytes // MIB
 FIRST_PID = 200_000  # clear of the simulator's MPS server pids (100000 + ...)
 
 # role -> (MIG layout [(profile, start, mps)] or None, GPU-level MPS, compute mode, weights)
-# weights: share of the node's processes per device (per MIG instance), as the mixed node's lanes.
-ROLES = {
-    0: ([("3g.40gb", 4, False), ("2g.20gb", 0, False), ("1g.10gb", 2, False), ("1g.10gb", 3, False)],
-        False, None, [3, 2, 1, 1]),
-    1: ([("4g.40gb", 0, True), ("3g.40gb", 4, True)], False, None, [10, 8]),
-    2: (None, True, "exclusive_process", [28]),
-    3: (None, False, "default", [8]),
-    4: (None, False, "exclusive_process", [0]),  # exactly one process, added apart
-    5: (None, False, None, [0]),
-    6: ([("1g.10gb", s, False) for s in range(7)], False, None, [1] * 7),
-    7: (None, True, "exclusive_process", [20]),
-}
+# weights: share of the node's processes per device (per MIG instance), the mixed node's lanes.
+ROLES = {role: (mig, mps, mode, [0] if role == 4 else lanes)
+         for role, (mig, mps, mode, lanes) in gen_mixed_node.GPUS.items()}
 COMMANDS = (
     "python3 serve.py --model meta-llama/Llama-3.1-8B-Instruct --port {n}",
     "tritonserver --model-repository=/models/m{m} --http-port={n}",
@@ -68,7 +67,7 @@ def _devices(variant: Variant) -> list[tuple[int, int | None, int, float, bool]]
         if mig is None:
             out.append((gpu, None, weights[0], H100_MIB, mps))
         else:
-            out += [(gpu, i, w, PROFILE_MIB[p], m) for i, ((p, _, m), w) in enumerate(zip(mig, weights))]
+            out += [(gpu, i, w, H100.profile(p).memory_mib, m) for i, ((p, _, m), w) in enumerate(zip(mig, weights))]
     return out
 
 
@@ -92,14 +91,7 @@ def render(variant: Variant) -> str:
              "gpus:"]
     for gpu in range(variant.gpus):
         mig, mps, mode, _ = ROLES[variant.role(gpu)]
-        lines.append("  - model: H100-80GB")
-        if mig is not None:
-            lines.append("    mig:")
-            lines += [f"      - {{profile: {p}, start: {s}{', mps: true' if m else ''}}}" for p, s, m in mig]
-        if mps:
-            lines.append("    mps: true")
-        if mode:
-            lines.append(f"    compute_mode: {mode}")
+        lines += gen_mixed_node.gpu_stanza(mig, mps, mode)
     devices = _devices(variant)
     exclusive = [d for d in devices if variant.role(d[0]) == 4]
     rest = variant.processes - min(len(exclusive), variant.processes)

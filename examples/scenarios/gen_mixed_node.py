@@ -22,11 +22,13 @@ import random
 import sys
 from pathlib import Path
 
+from exporter.catalog import resolve_model
+
 SEED = 20240611
 DURATION = 30 * 60  # seconds
 MIB, GIB = 2**20, 2**30
-H100_CAPACITY = (81559 - 328) * MIB  # catalog H100-80GB total - reserved
-PROFILE_MIB = {"1g.10gb": 9984, "2g.20gb": 20096, "3g.40gb": 40448, "4g.40gb": 40448}
+H100 = resolve_model("H100-80GB")
+H100_CAPACITY = H100.memory_capacity_bytes  # what processes may allocate on a whole GPU
 OUT = Path(__file__).with_name("h100-mixed-node.yaml")
 
 # gpu index -> (mig layout or None, GPU-level MPS, compute mode, lanes per device)
@@ -131,21 +133,27 @@ def render() -> str:
     ]
     processes = []
     for index, (mig, mps, mode, lanes) in GPUS.items():
-        lines.append(f"  - model: H100-80GB  # GPU {index}")
-        if mig is not None:
-            lines.append("    mig:")
-            lines += [f"      - {{profile: {p}, start: {s}{', mps: true' if m else ''}}}" for p, s, m in mig]
-        if mps:
-            lines.append("    mps: true")
-        if mode:
-            lines.append(f"    compute_mode: {mode}")
+        lines += gpu_stanza(mig, mps, mode, comment=f"GPU {index}")
         devices = [(None, H100_CAPACITY, mps)] if mig is None else [
-            (i, PROFILE_MIB[p] * MIB, m) for i, (p, _, m) in enumerate(mig)]
+            (i, H100.profile(p).memory_mib * MIB, m) for i, (p, _, m) in enumerate(mig)]
         for (mig_index, capacity, serves), count in zip(devices, lanes):
             processes += lane_jobs(rng, index, mig_index, count, capacity, serves, state)
     lines.append(f"processes:  # {len(processes)} in total")
     lines += [f"  - {json.dumps(p)}" for p in processes]
     return "\n".join(lines) + "\n"
+
+
+def gpu_stanza(mig, mps: bool, mode: str | None, comment: str = "") -> list[str]:
+    """YAML lines of one H100 in the ``gpus:`` list (also used by bench/perf/scenarios.py)."""
+    lines = ["  - model: H100-80GB" + (f"  # {comment}" if comment else "")]
+    if mig is not None:
+        lines.append("    mig:")
+        lines += [f"      - {{profile: {p}, start: {s}{', mps: true' if m else ''}}}" for p, s, m in mig]
+    if mps:
+        lines.append("    mps: true")
+    if mode:
+        lines.append(f"    compute_mode: {mode}")
+    return lines
 
 
 if __name__ == "__main__":
