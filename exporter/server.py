@@ -83,7 +83,7 @@ class _Handlers:
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         handler = self.routes.get(request.path)
         if handler is None:
-            return _text(404, f"not found: {request.path} (try /metrics, /health or /)")
+            return _text(404, f"not found: {request.path} (try {', '.join(sorted(self.routes))})")
         if request.method not in ALLOWED_METHODS:
             return _text(
                 405, f"method {request.method} not allowed on {request.path}", Allow=", ".join(ALLOWED_METHODS)

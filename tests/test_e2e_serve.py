@@ -132,10 +132,11 @@ def test_serving_survives_every_fault_and_follows_changes(serve_faults_demo, pro
     late = at(200, 480)
     assert late and value(late[-1], "gpushare_gpu_xid_errors_total", gpu="1", xid="43") == 1
     # MPS server pid changes after the restart at 4m, without restarting the exporter.
-    before = {value(p, "gpushare_mps_server_info", gpu="0") and s[1]["pid"]
-              for p in at(60, 240) for s in p if s[0] == "gpushare_mps_server_info" and s[1]["gpu"] == "0"}
-    after = {s[1]["pid"] for p in at(250, 480) for s in p
-             if s[0] == "gpushare_mps_server_info" and s[1]["gpu"] == "0"}
+    def server_pids(lo, hi):
+        return {labels["pid"] for page in at(lo, hi) for name, labels, _ in page
+                if name == "gpushare_mps_server_info" and labels["gpu"] == "0"}
+
+    before, after = server_pids(60, 240), server_pids(250, 480)
     assert before and after and before.isdisjoint(after)
     # GPU 1 is repartitioned at 5m: three instances (3g, 2g, 1g) become two 3g.20gb.
     profiles_before = {s[1]["profile"] for p in at(60, 110) for s in p if s[0] == "gpushare_mig_info"}

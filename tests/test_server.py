@@ -135,10 +135,12 @@ async def test_snapshot_json_endpoint(served):
 
 
 async def test_unknown_path_404(served):
-    """Paths other than /, /metrics and /health are 404."""
+    """Unknown paths are 404 with a message naming the path and every route that exists."""
     _, server, session, _ = served
     status, _, body = await get(session, server.url + "metricz")
     assert status == 404 and b"/metricz" in body
+    for route in (b"/metrics", b"/health", b"/api/v1/snapshot"):
+        assert route in body
 
 
 async def test_other_methods_405_with_allow(served):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any, Iterable
+from typing import Iterable
 
 from exporter.config import DEFAULT_PORT, Settings, flag_type, load_settings
 from exporter.errors import NoGpuError, UserError
