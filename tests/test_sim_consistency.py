@@ -45,12 +45,25 @@ def test_pinned_limit_on_second_gpu_is_reported_and_enforced_alike():
 
 
 def test_explicit_visible_devices_are_left_alone():
-    """A scenario that sets CUDA_VISIBLE_DEVICES itself keeps it: ordinal 0 is then GPU 0, not GPU 1."""
+    """With CUDA_VISIBLE_DEVICES=0,1 ordinal 0 is GPU 0: no limit on GPU 1 is reported, and none is enforced."""
     raw = scenario()
-    raw["processes"][0]["env"]["CUDA_VISIBLE_DEVICES"] = "0,1"
-    snapshot, _ = poll_at(raw, 60)
-    client = next(p for p in snapshot.gpus[1].processes if p.pid == 300)
-    assert client.mps_memory_limit_bytes is None
+    for proc in raw["processes"]:
+        proc["env"]["CUDA_VISIBLE_DEVICES"] = "0,1"
+    snapshot, kills = poll_at(raw, 170)
+    limits = {p.pid: p.mps_memory_limit_bytes for p in snapshot.gpus[1].processes if p.is_mps_client}
+    assert limits == {300: None, 301: None}
+    assert kills == []  # 301 passes 36 GiB at 144 s, but "0=36G" limits GPU 0, not this GPU
+
+
+def test_limit_keyed_by_device_uuid_is_enforced_and_reported():
+    """A limit keyed by the GPU's UUID applies whatever the visible devices are."""
+    raw = scenario()
+    uuid = poll_at(raw, 1)[0].gpus[1].uuid
+    raw["processes"][1]["env"] = {"CUDA_VISIBLE_DEVICES": "0,1", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"{uuid}=36G"}
+    snapshot, kills = poll_at(raw, 170)
+    assert [(k.pid, k.reason) for k in kills] == [(301, "mps_pinned_limit")]
+    snapshot, _ = poll_at(raw, 100)
+    assert next(p for p in snapshot.gpus[1].processes if p.pid == 301).mps_memory_limit_bytes == 36 * GIB
 
 
 def test_product_variant_name_is_what_nvml_reports():

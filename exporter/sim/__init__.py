@@ -130,22 +130,7 @@ class Simulation:
         now = self.engine.now
         hidden = [f for f in self.engine.faults if f.hides_procfs(now)]
         self._procfs.sync([
-            ProcEntry(p.pid, p.name, p.cmdline, self._environ(p), p.start)
+            ProcEntry(p.pid, p.name, p.cmdline, dict(p.env), p.start)
             for p in self.engine.alive(now)
             if not any(f.gpu is None or f.gpu == p.gpu for f in hidden)
         ])
-
-    def _environ(self, proc) -> dict[str, str]:
-        """A process's environment as /proc shows it.
-
-        The engine applies "ordinal 0 = the process's own device" to pinned-memory limits, which
-        is what a containerised client sees: the NVIDIA runtime sets NVIDIA_VISIBLE_DEVICES to
-        its device. Unless the scenario chose the visible devices itself, /proc says so too, so
-        the exporter resolves the same limits the simulation enforces.
-        """
-        env = dict(proc.env)
-        if "CUDA_VISIBLE_DEVICES" not in env and "NVIDIA_VISIBLE_DEVICES" not in env:
-            device = self.engine.devices.get(proc.device)
-            if device is not None:
-                env["NVIDIA_VISIBLE_DEVICES"] = device.uuid
-        return env

@@ -18,9 +18,10 @@ device goes away: like the real server, it stays up once spawned. Its pid is
 instance); scenarios must not use those pids. An ``mps_restart`` event starts a new
 generation (new pid) and kills every client that was already running (the fault is
 reported to all clients); those kills are listed in ``mps_fault_events``, not counted as
-OOM. A client whose CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (for ordinal 0 = its own device, or
-its device's UUID) is exceeded is killed at that instant ("mps_pinned_limit"); that is an
-allocation failure and counts as an OOM kill.
+OOM. A client whose CUDA_MPS_PINNED_DEVICE_MEM_LIMIT for its device (resolved from its
+environment as the exporter resolves it: setup.client_environ, procinfo.mps_memory_limit) is
+exceeded is killed at that instant ("mps_pinned_limit"); that is an allocation failure and
+counts as an OOM kill.
 """
 
 from __future__ import annotations

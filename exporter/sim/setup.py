@@ -7,8 +7,9 @@ the engine starts. Errors are UserErrors naming the scenario place.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
+from exporter.backend.procinfo import DeviceRef, mps_memory_limit
 from exporter.errors import UserError
 from exporter.sim.state import (
     INF, MPS_SERVER_MEMORY, MPS_SERVER_NAME, PINNED_LIMIT_ENV, DeviceKey, FaultWindow, Proc,
@@ -23,12 +24,17 @@ if TYPE_CHECKING:
 MPS_SERVER_PID_BASE = 100000
 
 
-def pinned_limit_for(value: str, device_uuid: str) -> int | None:
-    """Bytes CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ``value`` allows on the client's own device:
-    the entry for ordinal 0 (its first visible device) or for its device's UUID; None if
-    neither is named. ValueError on a malformed value."""
-    limits = parse_mps_pinned_limits(value)
-    return limits.get(device_uuid, limits.get("0"))
+def client_environ(env: Mapping[str, str], device_uuid: str) -> dict[str, str]:
+    """The environment a simulated process has, as /proc shows it.
+
+    Unless the scenario chose the visible devices itself, the process sees what the NVIDIA
+    container runtime gives a containerised client: NVIDIA_VISIBLE_DEVICES = its own device
+    (GPU or MIG UUID), so its CUDA ordinal 0 is that device.
+    """
+    out = dict(env)
+    if "CUDA_VISIBLE_DEVICES" not in out and "NVIDIA_VISIBLE_DEVICES" not in out:
+        out["NVIDIA_VISIBLE_DEVICES"] = device_uuid
+    return out
 
 
 def build_processes(engine: Engine, where: str) -> list[Proc]:
@@ -52,14 +58,18 @@ def build_processes(engine: Engine, where: str) -> list[Proc]:
                 raise UserError(f"{place}.mig: GPU {ps.gpu} has MIG disabled at {ps.start:g}s")
             key, gi, device_mps = (ps.gpu, 0), None, engine.gpus[ps.gpu].mps
         client = device_mps if ps.mps_client is None else ps.mps_client
+        env = client_environ(ps.env, engine.devices[key].uuid)
         limit = None
-        if client and PINNED_LIMIT_ENV in ps.env:
+        if client and PINNED_LIMIT_ENV in env:
             try:
-                limit = pinned_limit_for(ps.env[PINNED_LIMIT_ENV], engine.devices[key].uuid)
+                parse_mps_pinned_limits(env[PINNED_LIMIT_ENV])  # a malformed value is the scenario's error
             except ValueError as exc:
                 raise UserError(f"{place}.env.{PINNED_LIMIT_ENV}: {exc}") from None
+            # The same resolution of ordinals and UUIDs the exporter applies to /proc.
+            mig_uuid = engine.devices[key].uuid if gi is not None else None
+            limit = mps_memory_limit(env, DeviceRef(ps.gpu, engine.gpus[ps.gpu].uuid, mig_uuid, gi, 0))
         end = min(INF if ps.end is None else ps.end, ep.end)
-        proc = Proc(ps.pid, ps.name, ps.cmdline, dict(ps.env), key, gi, ps.start, end,
+        proc = Proc(ps.pid, ps.name, ps.cmdline, env, key, gi, ps.start, end,
                     ps.memory, dict(ps.activity), client, False, limit)
         procs.append(proc)
         if client:
