@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 
 # /health turns 503 when the latest successful poll is this many intervals old.
 STALE_AFTER_INTERVALS = 3
+# A format variant scrapes asked for is pre-rendered by each poll for this long after the
+# last ask: longer than any usual scrape interval, short enough that a variant nobody
+# reads any more (a one-off curl) stops costing CPU every poll.
+PRERENDER_FOR_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ class Poller:
         self._stats = PollStats(backend=str(getattr(backend, "name", "unknown")), version=version)
         self._snapshot: Snapshot | None = None
         self._exposition: Exposition | None = None
+        self._last_asked: dict[tuple[bool, bool], float] = {}  # variant -> monotonic time
         # The collectors read whatever the poller currently holds; only the poll path renders.
         self._registry = build_registry(lambda: self._snapshot, lambda: self._stats, extra_collectors)
         self._observers = tuple(observers)
@@ -186,12 +191,18 @@ class Poller:
             log.exception("rendering metrics failed; serving the previous exposition")
             return
         # Scrapers ask for the same format every time (Prometheus: OpenMetrics + gzip). Render the
-        # variants the previous exposition was asked for here, in the poll thread, so that no
-        # scrape pays for rendering on the event loop.
+        # variants asked for lately here, in the poll thread, so that no scrape pays for
+        # encoding on the event loop.
         previous = self._exposition
+        now = exposition.created_monotonic
         if previous is not None:
-            for openmetrics_format, gzipped in previous.rendered_variants():
-                exposition.body(openmetrics_format=openmetrics_format, gzipped=gzipped)
+            for variant in previous.requested_variants():
+                self._last_asked[variant] = now
+        for variant, asked in list(self._last_asked.items()):
+            if now - asked > PRERENDER_FOR_SECONDS:
+                del self._last_asked[variant]
+            else:
+                exposition.variant(variant)
         self._exposition = exposition  # the atomic swap readers rely on
 
     # -- lifecycle ------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """Turns collected metric families into the bytes /metrics serves.
 
-The poller renders once per poll into an immutable :class:`Exposition`; the HTTP
-server only hands out its bytes. The Prometheus text format (0.0.4) is rendered
-eagerly because nearly every scrape wants it; OpenMetrics and the gzip variants are
-rendered on first request and then memoised for the life of the exposition.
+The poller collects once per poll into an immutable :class:`Exposition`; the HTTP
+server only hands out its bytes. Each format variant (text 0.0.4 or OpenMetrics, plain
+or gzip) is encoded on first request and memoised for the life of the exposition; the
+poller encodes the variants scrapers have been asking for in its own thread, before the
+swap, so a scrape normally finds its bytes ready.
 """
 
 from __future__ import annotations
@@ -13,28 +14,19 @@ import threading
 from typing import Callable, Iterable, Sequence
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import Metric
-from prometheus_client.openmetrics import exposition as openmetrics
+from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as _OPENMETRICS_1_0
 
+from exporter import encode, snapshot_json
 from exporter.collectors import GuardedCollectors, PollStats, default_collectors
 from exporter.collectors.base import SnapshotSource
 from exporter.collectors.guard import Collector
-from exporter import snapshot_json
 from exporter.snapshot import Snapshot
 
 TEXT_CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
-OPENMETRICS_CONTENT_TYPE = openmetrics.CONTENT_TYPE_LATEST
-
-
-class _FrozenFamilies:
-    """Registry stand-in that replays already collected families (collect() is all the encoders call)."""
-
-    def __init__(self, families: tuple[Metric, ...]) -> None:
-        self._families = families
-
-    def collect(self) -> Iterable[Metric]:
-        return iter(self._families)
+OPENMETRICS_CONTENT_TYPE = _OPENMETRICS_1_0
+Variant = tuple[bool, bool]  # (openmetrics, gzip)
 
 
 class Exposition:
@@ -48,31 +40,42 @@ class Exposition:
         self._families = tuple(families)
         self.snapshot = snapshot
         self.created_monotonic = created_monotonic
-        self.text: bytes = generate_latest(_FrozenFamilies(self._families))
         self._lock = threading.Lock()
-        self._memo: dict[tuple[bool, bool], bytes] = {(False, False): self.text}
+        self._memo: dict[Variant, bytes] = {}
+        self._requested: set[Variant] = set()
         self._json: bytes | None = None
 
     def body(self, *, openmetrics_format: bool, gzipped: bool) -> bytes:
-        """The exposition in the asked format; each variant is computed at most once."""
+        """The exposition as a scrape asked for it; the poller pre-renders what scrapes ask."""
         key = (openmetrics_format, gzipped)
+        self._requested.add(key)  # set.add is atomic under the GIL
+        return self.variant(key)
+
+    def variant(self, key: Variant) -> bytes:
+        """The (openmetrics, gzip) variant; each is encoded at most once."""
         cached = self._memo.get(key)
         if cached is not None:
             return cached
         with self._lock:  # double-checked: two concurrent first requests render once
             cached = self._memo.get(key)
             if cached is None:
+                openmetrics_format, gzipped = key
                 plain = self._plain(openmetrics_format)
                 # mtime=0 keeps the gzip bytes a pure function of the text.
                 cached = gzip.compress(plain, compresslevel=6, mtime=0) if gzipped else plain
                 self._memo[key] = cached
             return cached
 
+    @property
+    def text(self) -> bytes:
+        """The Prometheus text format (0.0.4), uncompressed; not counted as a scrape's request."""
+        return self.variant((False, False))
+
     def _plain(self, openmetrics_format: bool) -> bytes:
         # Called with the lock held; the uncompressed variant may already be memoised.
         cached = self._memo.get((openmetrics_format, False))
         if cached is None:
-            cached = openmetrics.generate_latest(_FrozenFamilies(self._families))
+            cached = (encode.openmetrics if openmetrics_format else encode.text)(self._families)
             self._memo[(openmetrics_format, False)] = cached
         return cached
 
@@ -90,9 +93,13 @@ class Exposition:
         """Content-Type header value for the asked format."""
         return OPENMETRICS_CONTENT_TYPE if openmetrics_format else TEXT_CONTENT_TYPE
 
-    def rendered_variants(self) -> frozenset[tuple[bool, bool]]:
+    def rendered_variants(self) -> frozenset[Variant]:
         """(openmetrics, gzip) variants rendered so far; lets tests see the laziness."""
         return frozenset(self._memo)
+
+    def requested_variants(self) -> frozenset[Variant]:
+        """(openmetrics, gzip) variants scrapes have asked this exposition for."""
+        return frozenset(self._requested)
 
 
 def build_registry(

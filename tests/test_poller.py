@@ -146,17 +146,18 @@ def test_render_failure_keeps_previous_exposition(monkeypatch):
 
 
 def test_formats_are_lazy_and_memoised():
-    """Only text is rendered eagerly; OpenMetrics and gzip are made on first request, then reused."""
+    """Before any scrape no format is encoded; each is made on first request, then reused."""
     poller = Poller(FakeBackend(rich_snapshot()), 5.0)
     poller.poll_once()
     exposition = poller.exposition
-    assert exposition.rendered_variants() == {(False, False)}
+    assert exposition.rendered_variants() == set()
     om = exposition.body(openmetrics_format=True, gzipped=False)
     assert om.rstrip().endswith(b"# EOF")
     assert exposition.body(openmetrics_format=True, gzipped=False) is om
     zipped = exposition.body(openmetrics_format=False, gzipped=True)
     assert gzip.decompress(zipped) == exposition.text
     assert exposition.rendered_variants() == {(False, False), (True, False), (False, True)}
+    assert exposition.requested_variants() == {(True, False), (False, True)}  # .text is not a scrape
 
 
 def test_next_poll_prerenders_the_variants_scrapers_asked_for():
@@ -168,6 +169,23 @@ def test_next_poll_prerenders_the_variants_scrapers_asked_for():
     fresh = poller.exposition
     assert (True, True) in fresh.rendered_variants()
     assert (False, True) not in fresh.rendered_variants()  # nobody asked for text+gzip
+    poller.poll_once()  # no scrape in between: still pre-rendered, the ask is recent
+    assert (True, True) in poller.exposition.rendered_variants()
+
+
+def test_variant_nobody_asks_for_any_more_stops_being_prerendered():
+    """A variant last asked for longer than PRERENDER_FOR_SECONDS ago is no longer encoded each poll."""
+    clock = [1000.0]
+    poller = Poller(FakeBackend(rich_snapshot()), 5.0, monotonic=lambda: clock[0])
+    poller.poll_once()
+    poller.exposition.body(openmetrics_format=False, gzipped=False)
+    poller.poll_once()
+    clock[0] += poller_module.PRERENDER_FOR_SECONDS - 1
+    poller.poll_once()
+    assert poller.exposition.rendered_variants() == {(False, False)}
+    clock[0] += 2
+    poller.poll_once()
+    assert poller.exposition.rendered_variants() == set()
 
 
 def test_concurrent_first_requests_render_once(monkeypatch):
@@ -176,13 +194,13 @@ def test_concurrent_first_requests_render_once(monkeypatch):
     poller.poll_once()
     exposition = poller.exposition
     calls = []
-    real = render_module.openmetrics.generate_latest
+    real = render_module.encode.openmetrics
 
-    def counting(registry):
+    def counting(families):
         calls.append(1)
-        return real(registry)
+        return real(families)
 
-    monkeypatch.setattr(render_module.openmetrics, "generate_latest", counting)
+    monkeypatch.setattr(render_module.encode, "openmetrics", counting)
     barrier = threading.Barrier(16)
     results = []
 

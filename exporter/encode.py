@@ -1,0 +1,155 @@
+"""Writes metric families in the Prometheus text format (0.0.4) and OpenMetrics 1.0.
+
+The bytes are the same as prometheus_client's ``generate_latest`` of each format; only the
+work differs. The library checks and escapes every label *name* of every sample and formats
+through ``str.format``; it was the largest cost of a poll (docs/performance.md, F2). Our
+metric and label names are fixed at import and valid, so a name is checked once per process
+and only label values are escaped, and only when they hold a backslash, quote or newline.
+
+Anything outside that simple case (a name that needs escaping, exemplars, native
+histograms, OpenMetrics-only samples in the text format) goes to prometheus_client's own
+encoder for the whole exposition, so the output is always what the library would write.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Iterable, Sequence
+
+from prometheus_client.exposition import generate_latest as _library_text
+from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics.exposition import generate_latest as _library_openmetrics
+
+# Names written as they are. prometheus_client rewrites anything else: a colon in an
+# OpenMetrics sample name, a label name starting with "__" (those go to the library).
+_PLAIN_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_PLAIN_SAMPLE_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_PLAIN_LABEL_NAME = re.compile(r"(?!__)[a-zA-Z_][a-zA-Z0-9_]*")
+# The text format has no info/stateset/... types; prometheus_client maps them so.
+_TEXT_TYPE = {"info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram", "unknown": "untyped"}
+_TEXT_NAME_SUFFIX = {"counter": "_total", "info": "_info"}
+# Samples the text format moves into gauges of their own (prometheus_client's behaviour).
+_OPENMETRICS_ONLY_SUFFIXES = ("_created", "_gsum", "_gcount")
+# Names already checked, per pattern, so each is matched once per process. Bounded: names
+# come from the code, not from the data (label values do, and are never cached).
+_checked: dict[re.Pattern, set[str]] = {
+    _PLAIN_METRIC_NAME: set(), _PLAIN_SAMPLE_NAME: set(), _PLAIN_LABEL_NAME: set()}
+_CHECKED_LIMIT = 10_000
+_plain_labels = _checked[_PLAIN_LABEL_NAME]
+
+
+class _NotSimple(Exception):
+    """The families need something only the library's encoder does."""
+
+
+class _Replay:
+    """Registry stand-in for the library's encoders (they only call collect())."""
+
+    def __init__(self, families: Sequence[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return iter(self._families)
+
+
+def go_float(value: float) -> str:
+    """A sample value as Go prints it (what Prometheus writes): +Inf, NaN, 1e+06 style exponents."""
+    d = float(value)
+    if d == math.inf:
+        return "+Inf"
+    if d == -math.inf:
+        return "-Inf"
+    if d != d:
+        return "NaN"
+    s = repr(d)
+    dot = s.find(".")
+    if d > 0 and dot > 6:  # Go switches to an exponent sooner than Python's repr
+        mantissa = f"{s[0]}.{s[1:dot]}{s[dot + 1:]}".rstrip("0.")
+        return f"{mantissa}e+{dot - 1:02d}"
+    return s
+
+
+def _escape_value(value: str) -> str:
+    if "\\" in value or "\n" in value or '"' in value:
+        return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    return value
+
+
+def _check_name(name: str, pattern: re.Pattern) -> None:
+    checked = _checked[pattern]
+    if name not in checked:
+        if pattern.fullmatch(name) is None:
+            raise _NotSimple(name)
+        if len(checked) < _CHECKED_LIMIT:
+            checked.add(name)
+
+
+def _label_block(labels: dict[str, str]) -> str:
+    if not labels:
+        return ""
+    parts = []
+    for key, value in sorted(labels.items()):
+        if key not in _plain_labels:
+            _check_name(key, _PLAIN_LABEL_NAME)
+        parts.append(f'{key}="{_escape_value(value)}"')
+    return "{" + ",".join(parts) + "}"
+
+
+def _text(families: Sequence[Metric]) -> str:
+    out: list[str] = []
+    append = out.append
+    for metric in families:
+        kind = metric.type
+        shown = metric.name + _TEXT_NAME_SUFFIX.get(kind, "")
+        _check_name(shown, _PLAIN_METRIC_NAME)
+        doc = metric.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+        append(f"# HELP {shown} {doc}\n# TYPE {shown} {_TEXT_TYPE.get(kind, kind)}\n")
+        for name, labels, value, timestamp, exemplar, native in metric.samples:
+            if native is not None or name.endswith(_OPENMETRICS_ONLY_SUFFIXES):
+                raise _NotSimple(name)
+            _check_name(name, _PLAIN_METRIC_NAME)
+            stamp = "" if timestamp is None else f" {int(float(timestamp) * 1000):d}"
+            append(f"{name}{_label_block(labels)} {go_float(value)}{stamp}\n")
+    return "".join(out)
+
+
+def _openmetrics(families: Sequence[Metric]) -> str:
+    out: list[str] = []
+    append = out.append
+    for metric in families:
+        name = metric.name
+        _check_name(name, _PLAIN_METRIC_NAME)
+        doc = metric.documentation
+        if "\\" in doc or "\n" in doc or '"' in doc:
+            doc = _escape_value(doc)
+        append(f"# HELP {name} {doc}\n# TYPE {name} {metric.type}\n")
+        if metric.unit:
+            append(f"# UNIT {name} {metric.unit}\n")
+        for sample_name, labels, value, timestamp, exemplar, native in metric.samples:
+            if exemplar is not None or native is not None:
+                raise _NotSimple(sample_name)
+            _check_name(sample_name, _PLAIN_SAMPLE_NAME)
+            stamp = "" if timestamp is None else f" {timestamp}"
+            shown = "" if value is None else go_float(value)
+            append(f"{sample_name}{_label_block(labels)} {shown}{stamp}\n")
+    append("# EOF\n")
+    return "".join(out)
+
+
+def text(families: Iterable[Metric]) -> bytes:
+    """The Prometheus text format 0.0.4 of ``families``, as prometheus_client writes it."""
+    families = tuple(families)
+    try:
+        return _text(families).encode("utf-8")
+    except _NotSimple:
+        return _library_text(_Replay(families))
+
+
+def openmetrics(families: Iterable[Metric]) -> bytes:
+    """OpenMetrics 1.0 text of ``families`` (ending in ``# EOF``), as prometheus_client writes it."""
+    families = tuple(families)
+    try:
+        return _openmetrics(families).encode("utf-8")
+    except _NotSimple:
+        return _library_openmetrics(_Replay(families))
