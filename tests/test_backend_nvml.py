@@ -145,26 +145,29 @@ def test_gpu_lost_is_down_for_the_poll_and_recovers(install):
 
 
 def test_hung_gpu_times_out_without_piling_up_threads(install):
-    """A GPU stuck in a call is down with error "timeout"; the others are read; no second thread starts."""
+    """A GPU stuck in a call is down with error "timeout"; the others are read; no thread or read is added."""
     lib = two_gpus()
     release = threading.Event()
     lib.block[1] = release
     backend = opened(lib, install, gpu_timeout=0.2)
+    threads_at_open = threading.active_count()
     try:
         first = backend.poll()
         assert first.gpus[0].up and first.gpus[0].power_watts == pytest.approx(350.0)
         assert (first.gpus[1].up, first.gpus[1].error, first.gpus[1].uuid) == (False, "timeout", "GPU-bbbb")
+        power_reads = lib.calls["nvmlDeviceGetPowerUsage"]
         second = backend.poll()
         assert second.gpus[1].error == "timeout" and second.gpus[0].up
-        stuck = [t for t in threading.enumerate() if t.name == "nvml-gpu1"]
-        assert len(stuck) == 1  # the second poll did not start another read of GPU 1
+        assert threading.active_count() == threads_at_open  # workers are reused, never added per poll
+        # GPU 0's read only: the second poll did not start another read of GPU 1
+        assert lib.calls["nvmlDeviceGetPowerUsage"] == power_reads + 1
         assert first.section_ok["gpu"] is False
     finally:
         release.set()
-    for t in [t for t in threading.enumerate() if t.name == "nvml-gpu1"]:
-        t.join(5)
+    assert backend._workers[1].done.wait(5)
     del lib.block[1]
     assert backend.poll().gpus[1].up
+    backend.close()
 
 
 def test_xid_events_counted_cumulatively(install):

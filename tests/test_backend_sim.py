@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
 
 import pynvml
 import pytest
 
+from exporter.backend import nvml_mig
 from exporter.backend.nvml import NvmlBackend
 from exporter.backend.sim import SimBackend
 from exporter.sim import Simulation
@@ -88,12 +90,43 @@ def test_mig_reconfigure_is_followed_without_restart(backends):
     before = poll_at(backend, 10).gpus[0]
     assert [m.profile for m in before.mig_instances] == ["3g.20gb"]
     assert before.mig_free_capacity["3g.20gb"] == 1  # memory slices 4-7 still free for a second 3g
+    for t in range(61, 80):  # polling every second, as the exporter does
+        poll_at(backend, t)
     after = poll_at(backend, 80).gpus[0]
     assert sorted((m.profile, m.placement_start) for m in after.mig_instances) == [("3g.20gb", 0), ("3g.20gb", 4)]
     assert after.mig_free_capacity["3g.20gb"] == 0
     assert [p.pid for p in after.processes] == [702]
     new_gi = next(m.gi for m in after.mig_instances if m.placement_start == 4)
     assert after.processes[0].gi == new_gi
+
+
+def test_mig_instance_added_beside_kept_ones_appears_within_the_rescan_period(backends):
+    """An instance created in an empty slot shows up by the MIG_RESCAN_POLLS-th poll; one destroyed vanishes at the next poll."""
+    scn = scenario(gpus=[{"model": "A100-40GB", "mig": [{"profile": "3g.20gb", "start": 0}]}],
+                   events=[{"at": "20s", "mig_reconfigure": {"gpu": 0, "mig": [{"profile": "3g.20gb", "start": 0},
+                                                                               {"profile": "3g.20gb", "start": 4}]}},
+                           {"at": "50s", "mig_reconfigure": {"gpu": 0, "mig": [{"profile": "3g.20gb", "start": 4}]}}])
+    backend = backends(scn)
+    seen = {t: len(poll_at(backend, t).gpus[0].mig_instances) for t in range(1, 50)}
+    assert seen[19] == 1
+    appeared = min(t for t in range(20, 50) if seen[t] == 2)
+    assert appeared <= 20 + nvml_mig.MIG_RESCAN_POLLS and all(seen[t] == 2 for t in range(appeared, 50))
+    after = poll_at(backend, 50).gpus[0]
+    assert [m.placement_start for m in after.mig_instances] == [4]
+    assert after.mig_free_capacity["3g.20gb"] == 1
+
+
+def test_mig_slots_are_not_reenumerated_every_poll(backends):
+    """In a steady MIG layout a poll asks each kept handle its UUID and does not probe every slot again."""
+    scn = scenario(gpus=[{"model": "A100-40GB", "mig": [{"profile": "3g.20gb", "start": 0}]}])
+    backend = backends(scn)
+    for t in range(1, 4):
+        poll_at(backend, t)
+    before = Counter(backend.sim.call_counts)
+    poll_at(backend, 4)
+    made = Counter(backend.sim.call_counts) - before
+    assert made["nvmlDeviceGetMigDeviceHandleByIndex"] == 0
+    assert made["nvmlDeviceGetUUID"] == 1
 
 
 def test_mps_server_clients_and_restart(backends):
@@ -181,13 +214,15 @@ def test_hang_times_out_one_gpu_only(backends):
                    events=[{"at": "10s", "fault": {"call": "nvmlDeviceGetPowerUsage", "gpu": 1, "error": "Unknown",
                                                    "delay": "1s", "until": "20s"}}])
     backend = backends(scn, gpu_timeout=0.2)
+    threads_at_open = threading.active_count()
     snap = poll_at(backend, 12)
     assert snap.gpus[0].up and (snap.gpus[1].up, snap.gpus[1].error) == (False, "timeout")
+    power_reads = backend.sim.call_counts["nvmlDeviceGetPowerUsage"]
     again = backend.poll()
     assert again.gpus[1].error == "timeout"
-    assert len([t for t in threading.enumerate() if t.name == "nvml-gpu1"]) == 1
-    for t in [t for t in threading.enumerate() if t.name == "nvml-gpu1"]:
-        t.join(5)
+    assert backend.sim.call_counts["nvmlDeviceGetPowerUsage"] == power_reads + 1  # GPU 0's only
+    assert threading.active_count() == threads_at_open
+    assert backend.nvml._workers[1].done.wait(5)
     assert poll_at(backend, 25).gpus[1].up
 
 

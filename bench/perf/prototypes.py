@@ -27,29 +27,22 @@ def apply(names) -> None:
     if "sim-index" in names:
         _index_simulator()
     if "inline-reads" in names:
-        import threading
-
         from exporter.backend import nvml
 
-        class InlineRun:
-            def __init__(self, reader, limiter):
-                self.done = threading.Event()
-                self.result = reader.read()
-                self.done.set()
+        def read_inline(worker):
+            worker.result = worker.reader.read()
 
-        nvml._Run = InlineRun
+        nvml._GpuWorker.start_read = read_inline
     if "one-reader" in names:
-        import threading
-
         from exporter.backend import nvml
 
-        open_backend = nvml.NvmlBackend.open
+        init = nvml.NvmlBackend.__init__
 
-        def open_one_reader(self):
-            open_backend(self)
-            self._limiter = threading.BoundedSemaphore(1)
+        def init_one_reader(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            self.max_workers = 1
 
-        nvml.NvmlBackend.open = open_one_reader
+        nvml.NvmlBackend.__init__ = init_one_reader
 
 
 def _index_simulator() -> None:

@@ -175,33 +175,67 @@ def _init_failure_reason(error: str, exc: BaseException) -> str:
     return "nvml: " + reasons.get(error, f"initialisation failed: {error} ({exc})")
 
 
-class _Run:
-    """One GPU read in flight on its own daemon thread (so a hung driver call never blocks exit)."""
+class _GpuWorker:
+    """A long-lived daemon thread that reads one GPU whenever a poll asks it to.
+
+    One per GPU, started at open(): a poll only wakes it (no thread is created per poll),
+    and a GPU whose driver call hangs holds up its own worker and nothing else. Daemon, so a
+    read stuck in the driver never blocks the process from exiting.
+    """
 
     def __init__(self, reader: GpuReader, limiter: threading.Semaphore | None):
+        self.reader = reader
         self.done = threading.Event()
+        self.done.set()  # idle
         self.result: tuple[GpuInfo, set[str]] | None = None
-        self.thread = threading.Thread(target=self._run, args=(reader, limiter), daemon=True,
-                                       name=f"nvml-gpu{reader.index}")
+        self._limiter = limiter
+        self._wake = threading.Event()
+        self._stopping = False
+        self.thread = threading.Thread(target=self._loop, daemon=True, name=f"nvml-gpu{reader.index}")
         self.thread.start()
 
-    def _run(self, reader: GpuReader, limiter: threading.Semaphore | None) -> None:
-        try:
-            if limiter is not None:
-                with limiter:
-                    self.result = reader.read()
-            else:
-                self.result = reader.read()
-        finally:
-            self.done.set()
+    @property
+    def busy(self) -> bool:
+        """True while a read is in flight (possibly one a previous poll gave up on)."""
+        return not self.done.is_set()
+
+    def start_read(self) -> None:
+        """Ask for one read; the caller checks ``busy`` first."""
+        self.result = None
+        self.done.clear()
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Let the thread end after its current read, if any (it is never joined)."""
+        self._stopping = True
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._stopping:
+                return
+            try:
+                if self._limiter is not None:
+                    with self._limiter:
+                        self.result = self.reader.read()
+                else:
+                    self.result = self.reader.read()
+            except Exception as exc:  # noqa: BLE001 - a reader bug must not end the worker
+                log.error("GPU %d: read failed: %s: %s", self.reader.index, type(exc).__name__, exc)
+                log.debug("GPU read traceback", exc_info=exc)
+                self.result = None
+            finally:
+                self.done.set()
 
 
 class NvmlBackend:
     """Polls every GPU through NVML into a Snapshot; see exporter.backend.base.Backend.
 
-    Each GPU is read on its own thread; a GPU whose read takes longer than ``gpu_timeout``
-    seconds is reported ``up=False, error="timeout"`` and skipped while that read is still
-    running, so threads never pile up. ``max_workers`` caps reads in flight (default: one
+    Each GPU is read by its own long-lived worker thread; a GPU whose read takes longer than
+    ``gpu_timeout`` seconds is reported ``up=False, error="timeout"`` and skipped while that
+    read is still running, so reads never pile up. ``max_workers`` caps reads in flight (default: one
     per GPU; a GPU waiting for a worker counts against its timeout).
     """
 
@@ -216,7 +250,7 @@ class NvmlBackend:
         self.caller: NvmlCaller | None = None
         self.driver_version = ""
         self.readers: list[GpuReader] = []
-        self._runs: list[_Run | None] = []
+        self._workers: list[_GpuWorker] = []
         self._limiter: threading.Semaphore | None = None
         self._open = False
 
@@ -244,9 +278,9 @@ class NvmlBackend:
         version = self.caller.call("nvmlSystemGetDriverVersion")
         self.driver_version = version if isinstance(version, str) else ""
         self.readers = [GpuReader(self.caller, i, self.procfs) for i in range(count)]
-        self._runs = [None] * count
         if self.max_workers:
             self._limiter = threading.BoundedSemaphore(self.max_workers)
+        self._workers = [_GpuWorker(reader, self._limiter) for reader in self.readers]
         self._open = True
 
     def poll(self) -> Snapshot:
@@ -255,24 +289,24 @@ class NvmlBackend:
             raise RuntimeError("NvmlBackend.poll() called before open()")
         started = time.monotonic()
         self.caller.begin_poll()
-        fresh: list[_Run | None] = []
-        for i, reader in enumerate(self.readers):
-            previous = self._runs[i]
-            if previous is not None and not previous.done.is_set():
-                fresh.append(None)  # still stuck in last poll's read: do not start another
-                continue
-            self._runs[i] = _Run(reader, self._limiter)
-            fresh.append(self._runs[i])
+        asked: list[bool] = []
+        for worker in self._workers:
+            if worker.busy:
+                asked.append(False)  # still stuck in an earlier poll's read: do not queue another
+            else:
+                worker.start_read()
+                asked.append(True)
         deadline = started + self.gpu_timeout
         gpus: list[GpuInfo] = []
         failed: set[str] = set()
-        for reader, run in zip(self.readers, fresh):
-            if run is not None and run.done.wait(max(0.0, deadline - time.monotonic())) and run.result:
-                info, sections = run.result
+        for worker, was_asked in zip(self._workers, asked):
+            if was_asked and worker.done.wait(max(0.0, deadline - time.monotonic())) and worker.result:
+                info, sections = worker.result
             else:
-                if run is not None:
-                    log.warning("GPU %d: read took longer than %.1fs; reported down", reader.index, self.gpu_timeout)
-                info, sections = reader.down("timeout"), set(SECTIONS)
+                if was_asked:
+                    log.warning("GPU %d: read took longer than %.1fs; reported down",
+                                worker.reader.index, self.gpu_timeout)
+                info, sections = worker.reader.down("timeout"), set(SECTIONS)
             gpus.append(info)
             failed |= sections
         return Snapshot(
@@ -295,9 +329,11 @@ class NvmlBackend:
         if not self._open:
             return
         self._open = False
-        for reader, run in zip(self.readers, self._runs):
-            if run is None or run.done.is_set():  # a hung read still owns its resources
-                reader.close()
+        for worker in self._workers:
+            worker.stop()
+            if not worker.busy:  # a hung read still owns its resources
+                worker.reader.close()
+        self._workers = []
         self._shutdown()
 
     def _shutdown(self) -> None:

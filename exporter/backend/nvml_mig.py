@@ -6,8 +6,13 @@ Caches, all per physical GPU:
 - gi/ci/profile/placement per MIG device UUID: a UUID is never reused for a new instance,
   so a reconfigured layout shows up as new UUIDs and is read afresh;
 - free capacity per profile, re-read only when the set of MIG devices changes (and every
-  CAPACITY_REFRESH_POLLS polls, for a GPU instance created without a compute instance).
-MIG handles are fetched every poll: NVML may reuse or invalidate them on reconfigure.
+  CAPACITY_REFRESH_POLLS polls, for a GPU instance created without a compute instance);
+- the MIG slots (index -> handle, UUID), rescanned every MIG_RESCAN_POLLS polls, at once
+  after any MIG call failed, and whenever a kept handle no longer answers with its UUID.
+  NVML invalidates a handle whose instance was destroyed and "may reuse" it for a new one,
+  so the UUID of every kept handle is still asked each poll: that is how reuse is caught.
+  The cost of the cache: an instance created in an empty slot appears up to
+  MIG_RESCAN_POLLS polls late.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from exporter.snapshot import MigInstance
 # loop should a driver never say InvalidArgument.
 MAX_PROFILE_ENUM = 64
 CAPACITY_REFRESH_POLLS = 60
+MIG_RESCAN_POLLS = 10
 
 
 @dataclass(frozen=True)
@@ -63,12 +69,15 @@ class MigReader:
         self._capacity: dict[str, int] = {}
         self._capacity_key: frozenset | None = None
         self._capacity_age = 0
+        self._slots: list[tuple[int, object, str]] | None = None  # (mig index, handle, uuid) kept
+        self._slots_age = 0
 
     def disabled(self) -> None:
         """MIG is off this poll: forget the layout (a later enable starts from scratch)."""
         self._max_count = None
         self._by_uuid.clear()
         self._capacity_key = None
+        self._slots = None
 
     def read(self, ctx: PollContext, parent, gpu_index: int, gpu_uuid: str, procs, gpm):
         """(instances, processes, mps servers, free capacity) of a GPU in MIG mode."""
@@ -77,6 +86,7 @@ class MigReader:
         instances, processes, servers = [], [], []
         activity_by_gi: dict[int, object] = {}
         live_gpm_keys = set()
+        failures = ctx.failures
         for index, handle, uuid, place in self._devices(ctx, parent, mig_tag):
             profile = self.profiles.get(place.profile_id)
             total, used, free, _ = ctx.memory("mig", handle, tag=mig_tag)
@@ -99,6 +109,8 @@ class MigReader:
                 sm_count=profile.sm_count if profile else 0,
                 memory_total_bytes=total, memory_used_bytes=used, memory_free_bytes=free, **extra))
         gpm.prune_gpu_instances(live_gpm_keys)
+        if ctx.failures != failures:
+            self._slots = None  # a call on a kept handle failed: enumerate afresh next poll
         capacity = self._free_capacity(ctx, parent, frozenset(i.mig_uuid for i in instances))
         return instances, processes, servers, capacity
 
@@ -123,21 +135,11 @@ class MigReader:
 
     def _devices(self, ctx: PollContext, parent, mig_tag: DeviceTag):
         """(mig index, handle, uuid, placement) for every MIG device; empty slots skipped."""
-        if self._max_count is None:
-            count = ctx.get("mig", "nvmlDeviceGetMaxMigDeviceCount", parent)
-            if count is None:
-                return []
-            self._max_count = int(count)
+        slots = self._kept_slots(ctx, mig_tag)
+        if slots is None:
+            slots = self._scan(ctx, parent, mig_tag)
         found = []
-        for index in range(self._max_count):
-            # Indices may be sparse after instances are destroyed: skip, never stop.
-            handle = ctx.get("mig", "nvmlDeviceGetMigDeviceHandleByIndex", parent, index,
-                             expect=("NotFound", "InvalidArgument"))
-            if not ok(handle):
-                continue
-            uuid = ctx.get("mig", "nvmlDeviceGetUUID", handle, tag=mig_tag)
-            if not ok(uuid):
-                continue
+        for index, handle, uuid in slots:
             place = self._by_uuid.get(uuid) or self._identify(ctx, parent, handle, uuid, mig_tag)
             if place is not None:
                 found.append((index, handle, uuid, place))
@@ -145,6 +147,42 @@ class MigReader:
         for uuid in [u for u in self._by_uuid if u not in alive]:
             del self._by_uuid[uuid]
         return found
+
+    def _kept_slots(self, ctx: PollContext, mig_tag: DeviceTag) -> list[tuple[int, object, str]] | None:
+        """The slots of the last scan if every kept handle still answers its own UUID; else None."""
+        if self._slots is None or self._slots_age >= MIG_RESCAN_POLLS:
+            return None
+        self._slots_age += 1
+        for _, handle, uuid in self._slots:
+            # A destroyed instance's handle answers InvalidArgument (or NotFound); a reused one,
+            # another UUID. Either way the layout changed: scan every slot again.
+            answer = ctx.get("mig", "nvmlDeviceGetUUID", handle, tag=mig_tag, expect=("InvalidArgument", "NotFound"))
+            if answer != uuid:
+                return None
+        return self._slots
+
+    def _scan(self, ctx: PollContext, parent, mig_tag: DeviceTag) -> list[tuple[int, object, str]]:
+        """Ask every MIG slot for its device: (mig index, handle, uuid) of the occupied ones."""
+        self._slots = None
+        if self._max_count is None:
+            count = ctx.get("mig", "nvmlDeviceGetMaxMigDeviceCount", parent)
+            if count is None:
+                return []
+            self._max_count = int(count)
+        failures = ctx.failures
+        slots = []
+        for index in range(self._max_count):
+            # Indices may be sparse after instances are destroyed: skip, never stop.
+            handle = ctx.get("mig", "nvmlDeviceGetMigDeviceHandleByIndex", parent, index,
+                             expect=("NotFound", "InvalidArgument"))
+            if not ok(handle):
+                continue
+            uuid = ctx.get("mig", "nvmlDeviceGetUUID", handle, tag=mig_tag)
+            if ok(uuid):
+                slots.append((index, handle, uuid))
+        if ctx.failures == failures:  # keep only a complete scan
+            self._slots, self._slots_age = slots, 0
+        return slots
 
     def _identify(self, ctx: PollContext, parent, handle, uuid: str, mig_tag: DeviceTag) -> _Placement | None:
         failures = ctx.failures
