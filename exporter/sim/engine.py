@@ -67,6 +67,14 @@ class Engine:
             self.devices[(i, 0)] = Device((i, 0), None, self.models[i].memory_capacity_bytes,
                                           self.gpus[i].uuid)
         self.procs: list[Proc] = build_processes(self, where)
+        # The process list is fixed once built (kills only set killed_at), and alive() is asked
+        # dozens of times per simulated NVML call: index it by pid, GPU and device once.
+        self._by_pid = sorted(self.procs, key=lambda p: p.pid)
+        self._by_gpu: dict[int, list[Proc]] = {}
+        self._by_device: dict[DeviceKey, list[Proc]] = {}
+        for p in self._by_pid:
+            self._by_gpu.setdefault(p.gpu, []).append(p)
+            self._by_device.setdefault(p.device, []).append(p)
         self.restarts, self.xids, self.faults = resolve_events(self, by_time, where)
         self._breaks = sorted({t for t in self._all_instants() if t != INF and t != -INF})
         self.now = 0.0
@@ -87,9 +95,13 @@ class Engine:
               device: DeviceKey | None = None) -> list[Proc]:
         """Processes alive at t (default now), optionally on one GPU or device, by pid."""
         t = self.now if t is None else t
-        return sorted((p for p in self.procs if p.alive(t)
-                       and (gpu is None or p.gpu == gpu) and (device is None or p.device == device)),
-                      key=lambda p: p.pid)
+        if device is not None:
+            pool = self._by_device.get(device, ())
+        elif gpu is not None:
+            pool = self._by_gpu.get(gpu, ())
+        else:
+            pool = self._by_pid
+        return [p for p in pool if p.alive(t) and (gpu is None or p.gpu == gpu)]
 
     # --- time --------------------------------------------------------------------------
 
