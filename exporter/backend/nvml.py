@@ -86,6 +86,7 @@ class NvmlCaller:
         self._lock = threading.Lock()
         self._warned: set[tuple[str, str]] = set()
         self._unavailable: set[tuple] = set()  # cache keys of calls known to answer NA
+        self._unavailable_names: set[str] = set()  # fn names with any key in _unavailable
         self._polls = 0
 
     def begin_poll(self) -> None:
@@ -95,6 +96,7 @@ class NvmlCaller:
             self._polls += 1
             if self._polls % REPROBE_POLLS == 0:
                 self._unavailable = {k for k in self._unavailable if k[0] == "absent"}  # symbols stay absent
+                self._unavailable_names = {k[1] for k in self._unavailable}
 
     def errors_snapshot(self) -> dict[tuple[str, str], int]:
         with self._lock:
@@ -114,12 +116,14 @@ class NvmlCaller:
 
     def call(self, fn_name: str, *args, gpu: DeviceTag | None = None, expect: tuple[str, ...] = ()):
         """Call ``pynvml.<fn_name>(*args)`` and classify the outcome (see class docstring)."""
-        absent_key, device_key = self._cache_keys(fn_name, args, gpu)
-        if absent_key in self._unavailable or device_key in self._unavailable:
-            return NA
+        # Most calls have never answered NA: skip building the cache keys for them.
+        if fn_name in self._unavailable_names:
+            absent_key, device_key = self._cache_keys(fn_name, args, gpu)
+            if absent_key in self._unavailable or device_key in self._unavailable:
+                return NA
         fn = getattr(self.nv, fn_name, None)
         if fn is None:  # nvidia-ml-py older than the call: same as a driver without the symbol
-            return self._not_available(fn_name, "FunctionNotFound", absent_key, gpu)
+            return self._not_available(fn_name, "FunctionNotFound", self._cache_keys(fn_name, args, gpu)[0], gpu)
         with self._lock:
             self.calls_this_poll += 1
             self.calls_by_name[fn_name] += 1
@@ -132,10 +136,9 @@ class NvmlCaller:
                 error = _short_name(self.nv, exc)
             if error in expect:
                 return Missing(error)
-            if error in _ABSENT:
-                return self._not_available(fn_name, error, absent_key, gpu)
-            if error in _NOT_AVAILABLE:
-                return self._not_available(fn_name, error, device_key, gpu)
+            if error in _ABSENT or error in _NOT_AVAILABLE:
+                absent_key, device_key = self._cache_keys(fn_name, args, gpu)
+                return self._not_available(fn_name, error, absent_key if error in _ABSENT else device_key, gpu)
             self._count_error(fn_name, error, exc)
             if error == "GpuIsLost":
                 raise GpuLostError(fn_name, error, str(exc)) from None
@@ -145,6 +148,7 @@ class NvmlCaller:
         model = gpu.model if gpu is not None and gpu.model else "this GPU"
         with self._lock:
             self._unavailable.add(key)
+            self._unavailable_names.add(fn_name)
             warn_key = (fn_name, model if error in _NOT_AVAILABLE else "")
             first = warn_key not in self._warned
             self._warned.add(warn_key)
@@ -183,12 +187,11 @@ class _GpuWorker:
     read stuck in the driver never blocks the process from exiting.
     """
 
-    def __init__(self, reader: GpuReader, limiter: threading.Semaphore | None):
+    def __init__(self, reader: GpuReader):
         self.reader = reader
         self.done = threading.Event()
         self.done.set()  # idle
         self.result: tuple[GpuInfo, set[str]] | None = None
-        self._limiter = limiter
         self._wake = threading.Event()
         self._stopping = False
         self.thread = threading.Thread(target=self._loop, daemon=True, name=f"nvml-gpu{reader.index}")
@@ -217,11 +220,7 @@ class _GpuWorker:
             if self._stopping:
                 return
             try:
-                if self._limiter is not None:
-                    with self._limiter:
-                        self.result = self.reader.read()
-                else:
-                    self.result = self.reader.read()
+                self.result = self.reader.read()
             except Exception as exc:  # noqa: BLE001 - a reader bug must not end the worker
                 log.error("GPU %d: read failed: %s: %s", self.reader.index, type(exc).__name__, exc)
                 log.debug("GPU read traceback", exc_info=exc)
@@ -233,25 +232,25 @@ class _GpuWorker:
 class NvmlBackend:
     """Polls every GPU through NVML into a Snapshot; see exporter.backend.base.Backend.
 
-    Each GPU is read by its own long-lived worker thread; a GPU whose read takes longer than
-    ``gpu_timeout`` seconds is reported ``up=False, error="timeout"`` and skipped while that
-    read is still running, so reads never pile up. ``max_workers`` caps reads in flight (default: one
-    per GPU; a GPU waiting for a worker counts against its timeout).
+    Each GPU is read by its own long-lived worker thread, one GPU after the other: the poll
+    hands GPU i to its worker and waits for it before handing over GPU i+1. One Python thread
+    runs at a time, so readers do not fight each other (and the HTTP loop) for the GIL; the
+    threads are there so that a hung driver call holds up only its own GPU. A GPU whose read
+    takes longer than ``gpu_timeout`` seconds is reported ``up=False, error="timeout"`` and
+    skipped while that read is still running, so reads never pile up; only the poll during
+    which it hung waits for it.
     """
 
     name = "nvml"
 
-    def __init__(self, pynvml_module=None, procfs_root: str = "/proc", gpu_timeout: float = 5.0,
-                 max_workers: int | None = None):
+    def __init__(self, pynvml_module=None, procfs_root: str = "/proc", gpu_timeout: float = 5.0):
         self._nv = pynvml_module
         self.procfs = ProcFs(procfs_root)
         self.gpu_timeout = gpu_timeout
-        self.max_workers = max_workers
         self.caller: NvmlCaller | None = None
         self.driver_version = ""
         self.readers: list[GpuReader] = []
         self._workers: list[_GpuWorker] = []
-        self._limiter: threading.Semaphore | None = None
         self._open = False
 
     def open(self) -> None:
@@ -278,9 +277,7 @@ class NvmlBackend:
         version = self.caller.call("nvmlSystemGetDriverVersion")
         self.driver_version = version if isinstance(version, str) else ""
         self.readers = [GpuReader(self.caller, i, self.procfs) for i in range(count)]
-        if self.max_workers:
-            self._limiter = threading.BoundedSemaphore(self.max_workers)
-        self._workers = [_GpuWorker(reader, self._limiter) for reader in self.readers]
+        self._workers = [_GpuWorker(reader) for reader in self.readers]
         self._open = True
 
     def poll(self) -> Snapshot:
@@ -289,24 +286,19 @@ class NvmlBackend:
             raise RuntimeError("NvmlBackend.poll() called before open()")
         started = time.monotonic()
         self.caller.begin_poll()
-        asked: list[bool] = []
-        for worker in self._workers:
-            if worker.busy:
-                asked.append(False)  # still stuck in an earlier poll's read: do not queue another
-            else:
-                worker.start_read()
-                asked.append(True)
-        deadline = started + self.gpu_timeout
         gpus: list[GpuInfo] = []
         failed: set[str] = set()
-        for worker, was_asked in zip(self._workers, asked):
-            if was_asked and worker.done.wait(max(0.0, deadline - time.monotonic())) and worker.result:
-                info, sections = worker.result
+        for worker in self._workers:
+            if worker.busy:  # still stuck in an earlier poll's read: do not queue another
+                info, sections = worker.reader.down("timeout"), set(SECTIONS)
             else:
-                if was_asked:
+                worker.start_read()
+                if worker.done.wait(self.gpu_timeout) and worker.result:
+                    info, sections = worker.result
+                else:
                     log.warning("GPU %d: read took longer than %.1fs; reported down",
                                 worker.reader.index, self.gpu_timeout)
-                info, sections = worker.reader.down("timeout"), set(SECTIONS)
+                    info, sections = worker.reader.down("timeout"), set(SECTIONS)
             gpus.append(info)
             failed |= sections
         return Snapshot(

@@ -90,16 +90,16 @@ class GpmReader:
 
     def _metrics(self, ctx: PollContext, section: str, first, second) -> Activity | None:
         nv = self.caller.nv
-        if self._request is None:
-            self._request = nv.c_nvmlGpmMetricsGet_t()
         req = self._request
-        req.version = nv.NVML_GPM_METRICS_GET_VERSION
-        req.numMetrics = len(GPM_METRICS)
+        if req is None:
+            # The metric ids, count and version never change: set them once. NVML writes every
+            # requested metric's nvmlReturn and value on success, so those need no reset.
+            req = self._request = nv.c_nvmlGpmMetricsGet_t()
+            req.version = nv.NVML_GPM_METRICS_GET_VERSION
+            req.numMetrics = len(GPM_METRICS)
+            for i, (metric_id, _) in enumerate(GPM_METRICS):
+                req.metrics[i].metricId = metric_id
         req.sample1, req.sample2 = first, second
-        for i, (metric_id, _) in enumerate(GPM_METRICS):
-            req.metrics[i].metricId = metric_id
-            req.metrics[i].nvmlReturn = 0
-            req.metrics[i].value = 0.0
         if not ok(ctx.get(section, "nvmlGpmMetricsGet", req)):
             return None
         values = {}

@@ -17,6 +17,7 @@ from prometheus_client.metrics_core import (
     InfoMetricFamily,
     Metric,
 )
+from prometheus_client.samples import Sample
 
 from exporter.snapshot import Snapshot
 
@@ -59,7 +60,7 @@ class Families:
         """Add one sample; ``None`` values and repeated label sets are ignored."""
         if value is None:
             return
-        values = tuple("" if v is None else str(v) for v in label_values)
+        values = tuple([v if type(v) is str else "" if v is None else str(v) for v in label_values])
         if len(values) != len(spec.labels):
             raise ValueError(f"{spec.name}: {len(values)} label values for labels {spec.labels}")
         entry = self._families.get(spec.name)
@@ -70,10 +71,11 @@ class Families:
         if values in seen:
             return
         seen.add(values)
-        if spec.kind == "info":
-            family.add_metric(list(values), {})
-        else:
-            family.add_metric(list(values), float(value))
+        # The sample exactly as the family's add_metric() would make it (spec.name is the exposed
+        # name: counters already end in _total, info in _info), built directly because this runs
+        # for every series of every poll.
+        sample_value = 1.0 if spec.kind == "info" else float(value)
+        family.samples.append(Sample(spec.name, dict(zip(spec.labels, values)), sample_value, None, None, None))
 
     def __iter__(self) -> Iterator[Metric]:
         return (family for family, _ in self._families.values() if family.samples)
