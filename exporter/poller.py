@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 from exporter import __version__
 from exporter.backend.base import Backend  # name, open(), poll() -> Snapshot, close()
 from exporter.collectors import Collector, PollStats
+from exporter.prerender import PrerenderPlan
 from exporter.render import Exposition, build_registry, render
 from exporter.snapshot import Snapshot
 
@@ -28,10 +29,6 @@ log = logging.getLogger(__name__)
 
 # /health turns 503 when the latest successful poll is this many intervals old.
 STALE_AFTER_INTERVALS = 3
-# A format variant scrapes asked for is pre-rendered by each poll for this long after the
-# last ask: longer than any usual scrape interval, short enough that a variant nobody
-# reads any more (a one-off curl) stops costing CPU every poll.
-PRERENDER_FOR_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -86,7 +83,7 @@ class Poller:
         self._stats = PollStats(backend=str(getattr(backend, "name", "unknown")), version=version)
         self._snapshot: Snapshot | None = None
         self._exposition: Exposition | None = None
-        self._last_asked: dict[tuple[bool, bool], float] = {}  # variant -> monotonic time
+        self._prerender = PrerenderPlan()
         # The collectors read whatever the poller currently holds; only the poll path renders.
         self._registry = build_registry(lambda: self._snapshot, lambda: self._stats, extra_collectors)
         self._observers = tuple(observers)
@@ -190,19 +187,15 @@ class Poller:
         except Exception:  # noqa: BLE001 - keep serving the previous bytes
             log.exception("rendering metrics failed; serving the previous exposition")
             return
-        # Scrapers ask for the same format every time (Prometheus: OpenMetrics + gzip). Render the
-        # variants asked for lately here, in the poll thread, so that no scrape pays for
-        # encoding on the event loop.
+        # Scrapers ask for the same format every time (Prometheus: OpenMetrics + gzip). Encode
+        # it here, in the poll thread, in the polls just before a scrape is expected, so that
+        # scrapes do not pay for encoding on the event loop (see exporter/prerender.py).
         previous = self._exposition
         now = exposition.created_monotonic
         if previous is not None:
-            for variant in previous.requested_variants():
-                self._last_asked[variant] = now
-        for variant, asked in list(self._last_asked.items()):
-            if now - asked > PRERENDER_FOR_SECONDS:
-                del self._last_asked[variant]
-            else:
-                exposition.variant(variant)
+            self._prerender.asked(previous.requested_variants(), now)
+        for variant in self._prerender.due(now, self.interval):
+            exposition.variant(variant)
         self._exposition = exposition  # the atomic swap readers rely on
 
     # -- lifecycle ------------------------------------------------------------------

@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter import poller as poller_module
 from exporter import render as render_module
 from exporter.errors import NoGpuError
+from exporter.prerender import FORGET_AFTER_SECONDS
 from exporter.poller import Poller, next_deadline
 from snapshot_samples import UUID0, rich_snapshot
 
@@ -174,13 +175,13 @@ def test_next_poll_prerenders_the_variants_scrapers_asked_for():
 
 
 def test_variant_nobody_asks_for_any_more_stops_being_prerendered():
-    """A variant last asked for longer than PRERENDER_FOR_SECONDS ago is no longer encoded each poll."""
+    """A variant last asked for longer than FORGET_AFTER_SECONDS ago is no longer encoded ahead."""
     clock = [1000.0]
     poller = Poller(FakeBackend(rich_snapshot()), 5.0, monotonic=lambda: clock[0])
     poller.poll_once()
     poller.exposition.body(openmetrics_format=False, gzipped=False)
     poller.poll_once()
-    clock[0] += poller_module.PRERENDER_FOR_SECONDS - 1
+    clock[0] += FORGET_AFTER_SECONDS - 1
     poller.poll_once()
     assert poller.exposition.rendered_variants() == {(False, False)}
     clock[0] += 2
@@ -344,3 +345,19 @@ def test_repeated_failure_logged_once_then_recovery(caplog):
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "still broken" in warnings[0].getMessage()
     assert any("recovered" in r.getMessage() for r in caplog.records)
+
+
+def test_poller_encodes_a_periodic_scrapers_format_just_before_its_scrapes():
+    """With a 15 s scraper and 1 s polls, scrapes after the first period find their bytes ready and most polls encode nothing."""
+    clock = [0.0]
+    poller = Poller(FakeBackend(rich_snapshot()), 1.0, monotonic=lambda: clock[0])
+    ready_at_scrape, encoding_polls = [], 0
+    for second in range(150):
+        clock[0] = float(second)
+        poller.poll_once()
+        encoding_polls += bool(poller.exposition.rendered_variants())
+        if second % 15 == 7:
+            ready_at_scrape.append((True, True) in poller.exposition.rendered_variants())
+            poller.exposition.body(openmetrics_format=True, gzipped=True)
+    assert all(ready_at_scrape[2:])  # the first two asks teach the period
+    assert encoding_polls < 150 / 2

@@ -159,7 +159,8 @@ def gpushare_polls(scenario_path, start_at: float, polls: int, warmup: int = 3):
     """
     from exporter import poller as poller_module
     from exporter.backend.sim import SimBackend
-    from exporter.poller import Poller
+    from exporter.commands.serve import make_poller
+    from exporter.foresight.state import Foresight
 
     backend = SimBackend(scenario_path)
     clock = [start_at]
@@ -171,7 +172,7 @@ def gpushare_polls(scenario_path, start_at: float, polls: int, warmup: int = 3):
         backend.step_to(clock[0])  # the poll advances the simulation to it
 
     with _patched(poller_module, "render", render_span.wrap(poller_module.render)):
-        poller = Poller(backend, 1.0)
+        poller = make_poller(backend, 1.0, Foresight())  # as serve runs it, forecasts included
         backend.open()
         try:
             for _ in range(warmup):  # the first polls read identity, profiles, names: not steady state

@@ -1,8 +1,9 @@
-"""Bench launcher: gpushare-exporter on a simulated host, as ``exporter serve --simulate`` runs it.
+"""Bench launcher: gpushare-exporter on a simulated host, as ``exporter serve --simulate`` runs it
+(the same poller with forecasts, learning in memory, and the same GIL switch interval).
 
     python bench/perf/launch_gpushare.py SCENARIO --port N [--interval 1] [--start-at 600]
     python bench/perf/launch_gpushare.py SCENARIO --sim-only
-    python bench/perf/launch_gpushare.py SCENARIO --port N --prototype prewarm,switch
+    python bench/perf/launch_gpushare.py SCENARIO --port N --prototype inline-reads
 
 The only difference from ``serve``: the virtual clock starts at ``--start-at`` seconds (so a
 scenario can be looked at in its steady state) and then advances with real time. Listens
@@ -77,13 +78,15 @@ def main(argv=None) -> int:
 
         apply(args.prototype.split(","))
     from exporter.backend.sim import SimBackend
+    from exporter.commands.serve import GIL_SWITCH_INTERVAL_SECONDS, make_poller
+    from exporter.foresight.state import Foresight
     from exporter.logging_setup import configure_logging
-    from exporter.poller import Poller
 
     configure_logging("error")
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_SECONDS)
     launched = time.monotonic()
     backend = SimBackend(args.scenario, clock=lambda: args.start_at + time.monotonic() - launched)
-    poller = Poller(backend, args.interval)
+    poller = make_poller(backend, args.interval, Foresight())
     poller.start()
     try:
         asyncio.run(serve(poller, args.port))

@@ -22,6 +22,10 @@ SETTINGS = ("listen", "interval", "backend", "simulate", "speed", "log_level", "
 
 log = logging.getLogger(__name__)
 
+# The poll thread holds the GIL for long stretches of Python; a shorter switch interval lets
+# the HTTP loop answer a scrape within a millisecond or so instead of waiting out 5 ms slices.
+GIL_SWITCH_INTERVAL_SECONDS = 0.0005
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     commands.add_setting_flags(parser, SETTINGS)
@@ -36,12 +40,9 @@ def run(args: argparse.Namespace) -> int:
         log.warning("--gpu-timeout %gs is not below %d x --interval (%gs): /health will report stale "
                     "polls while a GPU hangs", settings.gpu_timeout, STALE_AFTER_INTERVALS,
                     STALE_AFTER_INTERVALS * settings.interval)
-    # The poll thread holds the GIL for long stretches of Python; a shorter switch interval lets
-    # the HTTP loop answer a scrape within a millisecond or so instead of waiting out 5 ms slices.
-    sys.setswitchinterval(0.0005)
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_SECONDS)
     foresight = Foresight(state_dir=settings.state_dir, rules=settings.workload_rules)
-    poller = Poller(commands.make_backend(settings), settings.interval,
-                    extra_collectors=[ForecastCollector(foresight)], observers=[foresight.observe])
+    poller = make_poller(commands.make_backend(settings), settings.interval, foresight)
     try:
         poller.start()
     except NoGpuError as exc:
@@ -54,6 +55,11 @@ def run(args: argparse.Namespace) -> int:
         foresight.flush()  # learned profiles survive the restart
     log.info("stopped")
     return 0
+
+
+def make_poller(backend, interval: float, foresight: Foresight) -> Poller:
+    """The poller serve runs: snapshot collectors plus the forecasts ``foresight`` learns from each poll."""
+    return Poller(backend, interval, extra_collectors=[ForecastCollector(foresight)], observers=[foresight.observe])
 
 
 async def _serve(poller: Poller, host: str, port: int, listen: str) -> None:

@@ -85,6 +85,8 @@ class Foresight:
         self._last_persist: float | None = None
         self._observed_once = False
         self._times: deque[float] = deque(maxlen=11)
+        self._time_appends = 0  # bumps with every append to _times: the poll_interval cache key
+        self._interval_cache: tuple[int, float] | None = None
         self._lock = threading.Lock()
         self._result = ForesightResult(profiles_stored=len(self.profiles), store_ok=self._store_ok())
 
@@ -139,13 +141,19 @@ class Foresight:
     @property
     def poll_interval(self) -> float:
         """Median seconds between recent observe() calls (DEFAULT_POLL_INTERVAL until known)."""
+        cached = self._interval_cache
+        if cached is not None and cached[0] == self._time_appends:
+            return cached[1]  # asked once per memory domain per poll: sort the gaps once
         times = list(self._times)
         gaps = sorted(b - a for a, b in zip(times, times[1:]) if b > a)
-        return gaps[len(gaps) // 2] if gaps else DEFAULT_POLL_INTERVAL
+        interval = gaps[len(gaps) // 2] if gaps else DEFAULT_POLL_INTERVAL
+        self._interval_cache = (self._time_appends, interval)
+        return interval
 
     # ------------------------------------------------------------- one poll
     def _observe(self, snapshot: Snapshot, now: float) -> ForesightResult:
         self._times.append(now)
+        self._time_appends += 1
         oom_devices = self._new_oom_kills(snapshot)
         processes_ok = snapshot.section_ok.get("process", True)
         sim_time = snapshot.simulation.time_seconds if snapshot.simulation is not None else None
