@@ -106,7 +106,7 @@ def main(argv=None) -> int:
         parser.error(f"--prototype: unknown {sorted(set(protos) - set(PROTOTYPES))[0]!r} (known: {', '.join(PROTOTYPES)})")
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="gpushare-bench-"))
-    results: dict = {"mode": name, "anatomy": [], "nvitop_anatomy": {}, "runs": [], "sim_rss_kib": {},
+    results: dict = {"mode": name, "anatomy": [], "nvitop_anatomy": {}, "runs": [], "sim_rss_kib": {}, "rss_growth_kib": {},
                      "prototype_anatomy": {}, "prototype": args.prototype,
                      "python_rss_kib": import_rss_kib(), "floor_real_kib": import_rss_kib(REAL_IMPORTS)}
     try:
@@ -116,6 +116,9 @@ def main(argv=None) -> int:
             results["anatomy"].append(anatomy(label, path, start_at, gpus, polls))
         for label, path, start_at, _ in main_items:
             results["sim_rss_kib"][label] = sim_only_rss_kib(path, start_at, tmp)
+            # State the exporter grows while polling, in a fresh process: added to the import floor
+            # it estimates a real host's RSS (the simulation's own ~15 MiB would not be there).
+            results["rss_growth_kib"][label] = child_anatomy("gpushare", path, start_at, polls).get("rss_growth_kib")
             for exporter in ["gpushare", *peers]:
                 print(f"[bench] process run: {exporter} on {label}", file=sys.stderr, flush=True)
                 results["runs"].append(measure(exporter, path, label, start_at, timing, tmp))

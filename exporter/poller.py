@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 # /health turns 503 when the latest successful poll is this many intervals old.
 STALE_AFTER_INTERVALS = 3
+# What Prometheus asks for (OpenMetrics, gzip): encoded from the first poll on, so that the
+# first scrape after a start is as fast as the rest.
+PROMETHEUS_VARIANT = (True, True)
 
 
 @dataclass(frozen=True)
@@ -194,6 +197,8 @@ class Poller:
         now = exposition.created_monotonic
         if previous is not None:
             self._prerender.asked(previous.requested_variants(), now)
+        else:
+            self._prerender.expect(PROMETHEUS_VARIANT, now)
         for variant in self._prerender.due(now, self.interval):
             exposition.variant(variant)
         self._exposition = exposition  # the atomic swap readers rely on

@@ -33,10 +33,18 @@ class PrerenderPlan:
 
     def __init__(self) -> None:
         self._asks: dict[Variant, deque[float]] = {}
+        self._expected: dict[Variant, float] = {}  # variant -> since when, until it is first asked
+
+    def expect(self, variant: Variant, now: float) -> None:
+        """Encode ``variant`` every poll from ``now`` until it is first asked for (or forgotten):
+        the poller expects Prometheus' format, so even its first scrape finds the bytes ready."""
+        if variant not in self._asks:
+            self._expected[variant] = now
 
     def asked(self, variants, now: float) -> None:
         """``variants`` were asked of the exposition that the poll at ``now`` is replacing."""
         for variant in variants:
+            self._expected.pop(variant, None)
             times = self._asks.setdefault(variant, deque(maxlen=_ASKS_KEPT))
             if not times or times[-1] != now:
                 times.append(now)
@@ -44,6 +52,11 @@ class PrerenderPlan:
     def due(self, now: float, interval: float) -> list[Variant]:
         """Variants to encode in the poll at ``now`` (polls ``interval`` seconds apart)."""
         due = []
+        for variant, since in list(self._expected.items()):
+            if now - since > FORGET_AFTER_SECONDS:
+                del self._expected[variant]
+            else:
+                due.append(variant)
         for variant, times in list(self._asks.items()):
             last = times[-1]
             if now - last > FORGET_AFTER_SECONDS:

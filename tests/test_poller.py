@@ -147,18 +147,17 @@ def test_render_failure_keeps_previous_exposition(monkeypatch):
 
 
 def test_formats_are_lazy_and_memoised():
-    """Before any scrape no format is encoded; each is made on first request, then reused."""
+    """Before any scrape only Prometheus' format is encoded; each other is made on first request, then reused."""
     poller = Poller(FakeBackend(rich_snapshot()), 5.0)
     poller.poll_once()
     exposition = poller.exposition
-    assert exposition.rendered_variants() == set()
-    om = exposition.body(openmetrics_format=True, gzipped=False)
-    assert om.rstrip().endswith(b"# EOF")
-    assert exposition.body(openmetrics_format=True, gzipped=False) is om
+    assert poller_module.PROMETHEUS_VARIANT == (True, True)
+    assert exposition.rendered_variants() == {(True, True), (True, False)}  # OpenMetrics+gzip and what it compresses
+    assert (False, False) not in exposition.rendered_variants()
     zipped = exposition.body(openmetrics_format=False, gzipped=True)
     assert gzip.decompress(zipped) == exposition.text
-    assert exposition.rendered_variants() == {(False, False), (True, False), (False, True)}
-    assert exposition.requested_variants() == {(True, False), (False, True)}  # .text is not a scrape
+    assert exposition.rendered_variants() == {(True, True), (False, False), (True, False), (False, True)}
+    assert exposition.requested_variants() == {(False, True)}  # .text is not a scrape
 
 
 def test_next_poll_prerenders_the_variants_scrapers_asked_for():
@@ -183,31 +182,31 @@ def test_variant_nobody_asks_for_any_more_stops_being_prerendered():
     poller.poll_once()
     clock[0] += FORGET_AFTER_SECONDS - 1
     poller.poll_once()
-    assert poller.exposition.rendered_variants() == {(False, False)}
+    assert (False, False) in poller.exposition.rendered_variants()
     clock[0] += 2
     poller.poll_once()
-    assert poller.exposition.rendered_variants() == set()
+    assert poller.exposition.rendered_variants() == set()  # Prometheus' format too: nobody asked for it
 
 
 def test_concurrent_first_requests_render_once(monkeypatch):
-    """Many threads asking for OpenMetrics at once trigger a single render."""
+    """Many threads asking for gzipped text at once trigger a single render."""
     poller = Poller(FakeBackend(rich_snapshot()), 5.0)
     poller.poll_once()
     exposition = poller.exposition
     calls = []
-    real = render_module.encode.openmetrics
+    real = render_module.encode.text
 
     def counting(families):
         calls.append(1)
         return real(families)
 
-    monkeypatch.setattr(render_module.encode, "openmetrics", counting)
+    monkeypatch.setattr(render_module.encode, "text", counting)
     barrier = threading.Barrier(16)
     results = []
 
     def ask():
         barrier.wait()
-        results.append(exposition.body(openmetrics_format=True, gzipped=True))
+        results.append(exposition.body(openmetrics_format=False, gzipped=True))
 
     threads = [threading.Thread(target=ask) for _ in range(16)]
     for t in threads:

@@ -70,3 +70,21 @@ def test_variant_not_asked_for_is_forgotten():
     assert plan.due(10.0 + FORGET_AFTER_SECONDS - 1, 1.0) == [OM_GZIP]
     assert plan.due(10.0 + FORGET_AFTER_SECONDS + 1, 1.0) == []
     assert plan.due(10.0 + FORGET_AFTER_SECONDS + 2, 1.0) == []
+
+
+def test_expected_variant_is_encoded_every_poll_until_first_asked():
+    """The variant the poller expects is encoded from the start; the first real ask replaces the expectation."""
+    plan = PrerenderPlan()
+    plan.expect(OM_GZIP, 0.0)
+    assert all(plan.due(float(t), 1.0) == [OM_GZIP] for t in range(1, 20))
+    plan.asked({OM_GZIP}, 20.0)
+    plan.asked({OM_GZIP}, 35.0)  # period 15 s, learnt from real asks only
+    assert plan.due(36.0, 1.0) == []
+    assert plan.due(47.0, 1.0) == [OM_GZIP]
+
+
+def test_expected_variant_nobody_asks_for_is_dropped():
+    """Without any scrape the expected variant stops being encoded after FORGET_AFTER_SECONDS."""
+    plan = PrerenderPlan()
+    plan.expect(OM_GZIP, 0.0)
+    assert plan.due(FORGET_AFTER_SECONDS + 1, 1.0) == []

@@ -73,6 +73,10 @@ class PollCost:
     api_calls: int | None  # calls through the exporter's choke point (gpushare only)
     c_calls_by_symbol: Counter = field(default_factory=Counter)
     api_calls_by_name: Counter = field(default_factory=Counter)
+    # VmRSS grown from "simulation loaded, backend open" to the end of the polls: the exporter's
+    # runtime state (plus whatever the simulation allocates as it advances). Clean only in a
+    # fresh process (anatomy.py as a script).
+    rss_growth_kib: int | None = None
 
     @property
     def cpu_exporter(self) -> float:
@@ -152,6 +156,11 @@ def measure_polls(sim, poll, polls: int, advance=None, render_span: _Span | None
     )
 
 
+def _vm_rss_kib() -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
 def gpushare_polls(scenario_path, start_at: float, polls: int, warmup: int = 3):
     """Poll gpushare's SimBackend+Poller ``polls`` times, one virtual second apart, in this process.
 
@@ -174,12 +183,16 @@ def gpushare_polls(scenario_path, start_at: float, polls: int, warmup: int = 3):
     with _patched(poller_module, "render", render_span.wrap(poller_module.render)):
         poller = make_poller(backend, 1.0, Foresight())  # as serve runs it, forecasts included
         backend.open()
+        rss_before = _vm_rss_kib()
         try:
             for _ in range(warmup):  # the first polls read identity, profiles, names: not steady state
                 advance()
                 poller.poll_once()
             cost = measure_polls(backend.sim, poller.poll_once, polls, advance, render_span,
                                  backend.nvml.caller.calls_by_name)
+            for variant in ((False, False), (True, True)):  # what scrapers make it hold, too
+                poller.exposition.variant(variant)
+            cost.rss_growth_kib = _vm_rss_kib() - rss_before
             return cost, poller.exposition
         finally:
             backend.close()

@@ -71,8 +71,12 @@ def targets(results, label) -> str:
     own = anat["cost"].cpu_exporter if anat else None
     rows.append(["poll CPU, % of a core at 1 s (exporter only)", pct(own * 100 if own is not None else None), "<= 1%", _ok(own is not None and own * 100 <= TARGET_CORE_PCT)])
     rss = run.rss_kib if run else None
-    rows.append(["RSS after warm-up, whole process, simulation included (MiB)", mib(rss), "<= 50", _met(rss, rss and rss <= TARGET_RSS_KIB)])
+    growth = results.get("rss_growth_kib", {}).get(label)
+    real = results["floor_real_kib"] + growth if growth is not None else None
+    rows.append(["RSS on a real host, estimated: imports + state grown while polling (MiB)", mib(real), "<= 50",
+                 _met(real, real and real <= TARGET_RSS_KIB)])
     rows.append(["  the exporter's imports alone, as on a real host (MiB)", mib(results["floor_real_kib"]), "-", "-"])
+    rows.append(["  whole process here, the simulation (~15 MiB) included (MiB)", mib(rss), "-", "-"])
     calls, minimum = (anat["cost"].api_calls, sum(anat["minimum"].values())) if anat else (None, None)
     rows.append(["NVML calls per poll / minimum", f"{calls} / {minimum} = {ratio(calls, minimum)}", "<= 1.2x", _ok(calls is not None and minimum and calls / minimum <= TARGET_CALL_RATIO)])
     if peer is not None and not peer.skipped and run is not None:
