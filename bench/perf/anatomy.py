@@ -77,6 +77,9 @@ class PollCost:
     # runtime state (plus whatever the simulation allocates as it advances). Clean only in a
     # fresh process (anatomy.py as a script).
     rss_growth_kib: int | None = None
+    # Encoding the exposition as Prometheus asks for it (OpenMetrics + gzip), CPU seconds: paid
+    # in the polls just before a scrape (exporter/prerender.py), not in the measured polls.
+    cpu_encode_prometheus: float | None = None
 
     @property
     def cpu_exporter(self) -> float:
@@ -170,6 +173,8 @@ def gpushare_polls(scenario_path, start_at: float, polls: int, warmup: int = 3):
     from exporter.backend.sim import SimBackend
     from exporter.commands.serve import make_poller
     from exporter.foresight.state import Foresight
+    from exporter.prerender import PrerenderPlan
+    from exporter.render import Exposition
 
     backend = SimBackend(scenario_path)
     clock = [start_at]
@@ -188,8 +193,16 @@ def gpushare_polls(scenario_path, start_at: float, polls: int, warmup: int = 3):
             for _ in range(warmup):  # the first polls read identity, profiles, names: not steady state
                 advance()
                 poller.poll_once()
+            poller._prerender = PrerenderPlan()  # no scraper: the measured polls encode nothing
             cost = measure_polls(backend.sim, poller.poll_once, polls, advance, render_span,
                                  backend.nvml.caller.calls_by_name)
+            encodes = []
+            for _ in range(5):
+                fresh = Exposition(poller.exposition._families, poller.exposition.snapshot, 0.0)
+                start = time.process_time()
+                fresh.variant((True, True))
+                encodes.append(time.process_time() - start)
+            cost.cpu_encode_prometheus = median(encodes)
             for variant in ((False, False), (True, True)):  # what scrapers make it hold, too
                 poller.exposition.variant(variant)
             cost.rss_growth_kib = _vm_rss_kib() - rss_before
