@@ -132,8 +132,9 @@ def side_by_side(results, label) -> str:
     nv_own = nv["cpu_total"] - nv["cpu_fake_driver"] - nv["cpu_sim_advance"] if "cpu_total" in nv else None
     rows.append(["poll CPU per poll, exporter only (ms)", ms(own), ms(nv_own), _fmt_x(_x(nv_own, own))])
     rows.append(["  of which simulated driver (ms, excluded)", ms(anat["cost"].cpu_fake_driver), ms(nv.get("cpu_fake_driver")), ""])
-    rows.append(["render per scrape, text / +gzip (ms)", "0 (per poll: " + ms(anat["cost"].cpu_render) + ")",
-                 f"{ms(nv.get('render_text'))} / {ms(nv.get('render_gzip'))}", ""])
+    rows.append(["encode per scrape (ms): gpushare OpenMetrics+gzip, ahead in a poll; nvitop text / +gzip",
+                 ms(anat["cost"].cpu_encode_prometheus), f"{ms(nv.get('render_text'))} / {ms(nv.get('render_gzip'))}", ""])
+    rows.append(["  collect per poll, gpushare (ms)", ms(anat["cost"].cpu_render), "-", ""])
     rows.append(["RSS after warm-up / peak (MiB)", f"{mib(run.rss_kib)} / {mib(run.hwm_kib)}", f"{mib(peer.rss_kib)} / {mib(peer.hwm_kib)}", _fmt_x(_x(peer.rss_kib, run.rss_kib))])
     rows.append(["NVML C calls per poll (pynvml size probes incl.)", str(anat["cost"].c_calls), str(nv.get("c_calls", "-")), ""])
     rows.append(["bytes per scrape, text / gzip (kB)", f"{kb(anat['sizes']['text'])} / {kb(anat['sizes']['text+gzip'])}",
@@ -158,7 +159,7 @@ def scaling(results) -> str:
     header = ["scenario", "GPUs", "procs", "series", "text kB", "om+gz kB", "poll ms", "driver", "sim", "exporter",
               "render", "core", "calls/min", "RSS MiB", "p50/p99 ms"]
     note = ("poll ms = CPU of one poll in-process (median); driver = inside the fake C library, sim = advancing the "
-            "simulation;\nexporter = poll - driver - sim (pynvml wrappers, reads, collect, render); core = exporter at 1 s; "
+            "simulation;\nexporter = poll - driver - sim (pynvml wrappers, reads, forecasts, collect; render = collect); core = exporter at 1 s; "
             "p50/p99 with 10 scrapers.")
     return table("Scaling: gpushare per poll", header, rows, note)
 
