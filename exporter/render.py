@@ -22,11 +22,11 @@ from exporter import encode, snapshot_json
 from exporter.collectors import GuardedCollectors, PollStats, default_collectors
 from exporter.collectors.base import SnapshotSource
 from exporter.collectors.guard import Collector
+from exporter.prerender import Variant
 from exporter.snapshot import Snapshot
 
 TEXT_CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 OPENMETRICS_CONTENT_TYPE = _OPENMETRICS_1_0
-Variant = tuple[bool, bool]  # (openmetrics, gzip)
 
 
 class Exposition:

@@ -289,16 +289,15 @@ class NvmlBackend:
         gpus: list[GpuInfo] = []
         failed: set[str] = set()
         for worker in self._workers:
-            if worker.busy:  # still stuck in an earlier poll's read: do not queue another
-                info, sections = worker.reader.down("timeout"), set(SECTIONS)
-            else:
+            result = None
+            if not worker.busy:  # a read still stuck from an earlier poll: do not queue another
                 worker.start_read()
-                if worker.done.wait(self.gpu_timeout) and worker.result:
-                    info, sections = worker.result
+                if worker.done.wait(self.gpu_timeout):
+                    result = worker.result  # None only if the reader itself failed (logged)
                 else:
                     log.warning("GPU %d: read took longer than %.1fs; reported down",
                                 worker.reader.index, self.gpu_timeout)
-                    info, sections = worker.reader.down("timeout"), set(SECTIONS)
+            info, sections = result or (worker.reader.down("timeout"), set(SECTIONS))
             gpus.append(info)
             failed |= sections
         return Snapshot(
