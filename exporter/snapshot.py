@@ -65,6 +65,13 @@ class ProcessInfo:
     # When the process started, Unix seconds on the same clock as Snapshot.timestamp; None when
     # unknown. Used by foresight to place a run on its workload's learned timeline.
     start_time: float | None = None
+    # Identity (exporter.identity), resolved once per process by the backend. ``workload`` is the
+    # full workload key (exporter.foresight.workload; "" when not resolved); the pod fields are ""
+    # outside Kubernetes or when the pod is unknown.
+    workload: str = ""
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
 
 
 @dataclass(frozen=True)

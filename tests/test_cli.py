@@ -236,7 +236,9 @@ def test_nvml_backend_gets_procfs_and_timeout(monkeypatch, tmp_path):
     monkeypatch.setattr(nvml, "NvmlBackend", Recording)
     settings = commands.load_settings(None, {"procfs": str(tmp_path), "gpu_timeout": 1.5})
     commands.make_backend(settings)
+    identifier = seen.pop("identifier")
     assert seen == {"procfs_root": str(tmp_path), "gpu_timeout": 1.5}
+    assert identifier.rules == settings.workload_rules
 
 
 def test_procfs_must_be_a_directory(capsys, tmp_path):

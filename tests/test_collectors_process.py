@@ -19,8 +19,10 @@ def registry_for(snapshot, *collectors) -> CollectorRegistry:
     return registry
 
 
-def proc(gpu: str, uuid: str, gi: str, pid: int, name: str, sharing: str) -> dict[str, str]:
-    return {"gpu": gpu, "uuid": uuid, "gi": gi, "pid": str(pid), "process": name, "sharing": sharing}
+def proc(gpu: str, uuid: str, gi: str, pid: int, name: str, sharing: str, workload: str = "",
+         namespace: str = "", pod: str = "", container: str = "") -> dict[str, str]:
+    return {"gpu": gpu, "uuid": uuid, "gi": gi, "pid": str(pid), "process": name, "sharing": sharing,
+            "workload": workload, "namespace": namespace, "pod": pod, "container": container}
 
 
 def test_process_memory_and_sharing_labels():
@@ -108,3 +110,22 @@ def test_mig_process_with_server_labelled_mig_mps():
     """The MPS server on a MIG instance counts as MIG+MPS, not plain MIG."""
     server = mig_gpu().processes[0]
     assert process_sharing(mig_gpu(), server) == "mig+mps"
+
+
+def test_identity_labels_name_workload_and_pod():
+    """Process and MPS-client series carry the workload label and the pod the backend resolved."""
+    gpu = mps_gpu()
+    client = next(p for p in gpu.processes if p.pid == 201)
+    long_key = "python3 serve.py --model meta-llama/Llama-3.1-8B-Instruct --max-batch 64"
+    tagged = dataclasses.replace(client, workload=long_key, namespace="inference", pod="llm-7d9f8b6c4-x2k9p",
+                                 container="server")
+    gpu = dataclasses.replace(gpu, processes=tuple(tagged if p.pid == 201 else p for p in gpu.processes))
+    snapshot = dataclasses.replace(rich_snapshot(), gpus=(gpu,))
+    value = registry_for(snapshot).get_sample_value
+    from exporter.foresight.workload import workload_label
+
+    label = workload_label(long_key)
+    assert len(label) <= 48 and label != long_key  # cut, with a hash suffix
+    labels = proc("0", UUID0, "", 201, "python3", "mps", label, "inference", "llm-7d9f8b6c4-x2k9p", "server")
+    assert value("gpushare_process_memory_used_bytes", labels) == 20 * GIB
+    assert value("gpushare_mps_client_memory_limit_bytes", labels) == 40 * GIB

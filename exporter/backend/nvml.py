@@ -26,6 +26,7 @@ from collections import Counter
 from exporter.backend.nvml_device import GpuReader
 from exporter.backend.nvml_types import NA, SECTIONS, DeviceTag, GpuLostError, Missing, NvmlCallError
 from exporter.backend.procinfo import ProcFs
+from exporter.identity import Identifier
 from exporter.errors import NoGpuError
 from exporter.snapshot import GpuInfo, Snapshot
 
@@ -243,9 +244,12 @@ class NvmlBackend:
 
     name = "nvml"
 
-    def __init__(self, pynvml_module=None, procfs_root: str = "/proc", gpu_timeout: float = 5.0):
+    def __init__(self, pynvml_module=None, procfs_root: str = "/proc", gpu_timeout: float = 5.0,
+                 identifier: Identifier | None = None):
+        """``identifier`` names each process's workload and pod (default: built-in rules only)."""
         self._nv = pynvml_module
         self.procfs = ProcFs(procfs_root)
+        self.identifier = identifier or Identifier()
         self.gpu_timeout = gpu_timeout
         self.caller: NvmlCaller | None = None
         self.driver_version = ""
@@ -276,7 +280,7 @@ class NvmlBackend:
             raise NoGpuError(_init_failure_reason("NoGpus", None))
         version = self.caller.call("nvmlSystemGetDriverVersion")
         self.driver_version = version if isinstance(version, str) else ""
-        self.readers = [GpuReader(self.caller, i, self.procfs) for i in range(count)]
+        self.readers = [GpuReader(self.caller, i, self.procfs, self.identifier) for i in range(count)]
         self._workers = [_GpuWorker(reader) for reader in self.readers]
         self._open = True
 

@@ -15,6 +15,7 @@ from exporter.backend.nvml_mig import MigReader
 from exporter.backend.nvml_procs import ProcessReader, sharing_mode
 from exporter.backend.nvml_types import NA, SECTIONS, DeviceTag, NvmlCallError, PollContext, ok
 from exporter.backend.procinfo import DeviceRef, ProcFs
+from exporter.identity import Identifier
 from exporter.snapshot import GpuInfo
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ def _mw_to_w(value):
 class GpuReader:
     """All state and logic to read physical GPU ``index``."""
 
-    def __init__(self, caller, index: int, procfs: ProcFs):
+    def __init__(self, caller, index: int, procfs: ProcFs, identifier: Identifier | None = None):
         self.caller = caller
         self.nv = caller.nv
         self.index = index
@@ -65,7 +66,7 @@ class GpuReader:
         self._supported_reasons: int | None = None
         self._sharing = "idle"  # last sharing mode computed from a complete process list
         self.mig = MigReader(caller)
-        self.procs = ProcessReader(caller, procfs)
+        self.procs = ProcessReader(caller, procfs, identifier)
         self.gpm = GpmReader(caller)
         self.xid = XidReader(caller)
 

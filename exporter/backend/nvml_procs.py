@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from exporter.backend.nvml_types import NA, DeviceTag, PollContext, ok
 from exporter.backend.procinfo import DeviceRef, ProcFs, mps_memory_limit, mps_thread_ratio, select_environ
+from exporter.identity import Identifier, ProcessIdentity
 from exporter.snapshot import MpsServer, ProcessInfo
 
 MPS_SERVER_NAME = "nvidia-cuda-mps-server"
@@ -44,14 +45,16 @@ class _Meta:
     cmdline: str
     environ: dict  # selected variables only (see procinfo.ENV_PREFIXES)
     start_time: float | None = None  # Unix seconds, from /proc/<pid>/stat
+    identity: ProcessIdentity = ProcessIdentity("")
 
 
 class ProcessReader:
     """Process lists of one physical GPU (and its MIG instances), with per-pid caches."""
 
-    def __init__(self, caller, procfs: ProcFs):
+    def __init__(self, caller, procfs: ProcFs, identifier: Identifier | None = None):
         self.caller = caller
         self.procfs = procfs
+        self.identifier = identifier or Identifier()
         self._meta: dict[int, _Meta] = {}
         self._seen: set[int] = set()
         self.last_seen_us = 0  # newest per-process utilization sample timestamp consumed
@@ -83,6 +86,7 @@ class ProcessReader:
             server = pid in server_pids
             client = pid in client_pids and not server
             env = meta.environ
+            pod = meta.identity.pod
             processes.append(ProcessInfo(
                 pid=pid, name=meta.name, cmdline=meta.cmdline, gpu_index=dev.nvml_index,
                 gi=dev.gi, ci=dev.ci, used_memory_bytes=entry.usedGpuMemory,
@@ -90,7 +94,9 @@ class ProcessReader:
                 is_mps_client=client, is_mps_server=server,
                 mps_memory_limit_bytes=mps_memory_limit(env, dev) if client else None,
                 mps_active_thread_ratio=mps_thread_ratio(env) if client else None,
-                environ=env, start_time=meta.start_time))
+                environ=env, start_time=meta.start_time, workload=meta.identity.workload,
+                namespace=pod.namespace if pod else "", pod=pod.pod if pod else "",
+                container=pod.container if pod else ""))
         servers = [MpsServer(pid=pid, gi=dev.gi) for pid in sorted(server_pids)]
         return processes, servers
 
@@ -115,8 +121,10 @@ class ProcessReader:
             name = os.path.basename(nvml_name.strip().rstrip("/"))
         if not name:
             name = self.procfs.comm(pid) or ""
-        meta = _Meta(name=name, cmdline=self.procfs.cmdline(pid) or "",
-                     environ=select_environ(self.procfs.environ(pid)), start_time=self.procfs.start_time(pid))
+        cmdline = self.procfs.cmdline(pid) or ""
+        environ = select_environ(self.procfs.environ(pid))
+        meta = _Meta(name=name, cmdline=cmdline, environ=environ, start_time=self.procfs.start_time(pid),
+                     identity=self.identifier.identify(pid, name, cmdline, environ))
         if name:  # an unknown name is retried next poll (the process may be gone by then)
             self._meta[pid] = meta
         return meta

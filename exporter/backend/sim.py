@@ -15,6 +15,7 @@ from typing import Callable
 
 from exporter.backend.nvml import NvmlBackend
 from exporter.errors import UserError
+from exporter.identity import Identifier
 from exporter.sim import Simulation
 from exporter.sim.model import Scenario
 from exporter.sim.scenario import load_scenario
@@ -34,7 +35,7 @@ class SimBackend:
 
     def __init__(self, scenario: str | os.PathLike | Scenario, speed: float = 1.0,
                  clock: Callable[[], float] | None = None, procfs_dir: str | None = None,
-                 gpu_timeout: float = 5.0):
+                 gpu_timeout: float = 5.0, identifier: Identifier | None = None):
         self.scenario = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         if not speed > 0:
             raise UserError(f"speed: must be greater than 0, got {speed}")
@@ -42,6 +43,7 @@ class SimBackend:
         self._clock = clock
         self._procfs_dir = procfs_dir
         self._gpu_timeout = gpu_timeout
+        self._identifier = identifier
         self._manual: float | None = None
         self._started = 0.0
         self._time = 0.0
@@ -52,7 +54,8 @@ class SimBackend:
         """Build and install the simulation, then open NVML on it."""
         self.sim = Simulation(self.scenario, procfs_dir=self._procfs_dir)
         self.sim.install()
-        self.nvml = NvmlBackend(procfs_root=self.sim.procfs_root, gpu_timeout=self._gpu_timeout)
+        self.nvml = NvmlBackend(procfs_root=self.sim.procfs_root, gpu_timeout=self._gpu_timeout,
+                                identifier=self._identifier)
         try:
             self.nvml.open()
         except BaseException:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.base import Families, Spec, gi_label, gpu_labels
+from exporter.collectors.process import PROCESS
 from exporter.foresight.result import DeviceRow
 from exporter.foresight.state import Foresight
 
@@ -20,14 +21,14 @@ EXPECTED_PEAK = Spec(
     "gpushare_process_memory_expected_peak_bytes",
     "gauge",
     "Learned peak memory of the process's workload, at least its current use.",
-    ("gpu", "uuid", "gi", "pid", "process", "sharing", "workload"),
+    PROCESS,
     "bytes",
 )
 AT_CONTENTION = Spec(
     "gpushare_process_memory_expected_at_contention_bytes",
     "gauge",
     "Memory the process is expected to hold when its device first overflows (only when an overflow is predicted).",
-    ("gpu", "uuid", "gi", "pid", "process", "workload"),
+    PROCESS,
     "bytes",
 )
 
@@ -96,9 +97,10 @@ class ForecastCollector:
         result = self.foresight.result()
         out = Families()
         for row in result.processes:
-            ids = gpu_labels(row.gpu, row.uuid) + (gi_label(row.gi), row.pid, row.process)
-            out.add(EXPECTED_PEAK, ids + (row.sharing, row.workload), row.expected_peak_bytes)
-            out.add(AT_CONTENTION, ids + (row.workload,), row.at_contention_bytes)
+            labels = gpu_labels(row.gpu, row.uuid) + (gi_label(row.gi), str(row.pid), row.process, row.sharing,
+                                                      row.workload, row.namespace, row.pod, row.container)
+            out.add(EXPECTED_PEAK, labels, row.expected_peak_bytes)
+            out.add(AT_CONTENTION, labels, row.at_contention_bytes)
         for device in result.devices:
             _add_device(out, device)
         for label, profile in result.profiles:

@@ -1,19 +1,26 @@
 """Per process series (gpushare_process_*).
 
 Labels stay bounded: the executable basename goes in ``process``, never the command
-line or environment (those are free text and would explode the series count).
+line or environment (those are free text and would explode the series count). ``workload``
+is the workload key cut to at most 48 characters (exporter.foresight.workload.workload_label);
+``namespace``, ``pod`` and ``container`` name the process's Kubernetes container ("" outside
+Kubernetes). They add no series: each process already has its own through ``pid``.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Iterable
 
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.base import Families, SnapshotCollector, Spec, gi_label, gpu_labels
+from exporter.foresight.workload import workload_label
 from exporter.snapshot import GpuInfo, ProcessInfo, Snapshot
 
-PROCESS = ("gpu", "uuid", "gi", "pid", "process", "sharing")
+# Identity of a process: what it is (workload) and, on Kubernetes, where it runs.
+IDENTITY = ("workload", "namespace", "pod", "container")
+PROCESS = ("gpu", "uuid", "gi", "pid", "process", "sharing") + IDENTITY
 
 MEMORY_USED = Spec(
     "gpushare_process_memory_used_bytes",
@@ -44,6 +51,15 @@ def process_sharing(gpu: GpuInfo, proc: ProcessInfo) -> str:
     return gpu.sharing
 
 
+# Keys repeat every poll; the label of a long key costs a hash.
+cached_workload_label = lru_cache(maxsize=4096)(workload_label)
+
+
+def identity_labels(proc: ProcessInfo) -> tuple[str, str, str, str]:
+    """Values of the IDENTITY labels of one process."""
+    return (cached_workload_label(proc.workload) if proc.workload else "", proc.namespace, proc.pod, proc.container)
+
+
 def process_labels(gpu: GpuInfo, proc: ProcessInfo) -> tuple[str, ...]:
     """Label values shared by every per-process series (process and MPS collectors)."""
     return gpu_labels(gpu.index, gpu.uuid) + (
@@ -51,7 +67,7 @@ def process_labels(gpu: GpuInfo, proc: ProcessInfo) -> tuple[str, ...]:
         str(proc.pid),
         proc.name,
         process_sharing(gpu, proc),
-    )
+    ) + identity_labels(proc)
 
 
 class ProcessCollector(SnapshotCollector):

@@ -12,6 +12,7 @@ from typing import Iterable
 
 from exporter.config import DEFAULT_PORT, Settings, flag_type, load_settings
 from exporter.errors import NoGpuError, UserError
+from exporter.identity import Identifier
 from exporter.poller import Backend
 
 # A scenario shipped in examples/: what to try on a machine without a GPU.
@@ -71,9 +72,11 @@ def make_backend(settings: Settings) -> Backend:
             raise UserError(f"--simulate {settings.simulate}: no such file")
         from exporter.backend.sim import SimBackend
 
-        return SimBackend(settings.simulate, speed=settings.speed, gpu_timeout=settings.gpu_timeout)
+        return SimBackend(settings.simulate, speed=settings.speed, gpu_timeout=settings.gpu_timeout,
+                          identifier=Identifier(settings.workload_rules))
     if not os.path.isdir(settings.procfs):
         raise UserError(f"procfs {settings.procfs}: not a directory")
     from exporter.backend.nvml import NvmlBackend
 
-    return NvmlBackend(procfs_root=settings.procfs, gpu_timeout=settings.gpu_timeout)
+    return NvmlBackend(procfs_root=settings.procfs, gpu_timeout=settings.gpu_timeout,
+                       identifier=Identifier(settings.workload_rules))

@@ -23,6 +23,9 @@ class ProcessRow:
     workload: str  # bounded label value
     expected_peak_bytes: int
     at_contention_bytes: int | None  # expected use when its device first overflows; None if it does not
+    namespace: str = ""  # the process's pod, "" outside Kubernetes (see exporter.identity)
+    pod: str = ""
+    container: str = ""
 
 
 @dataclass(frozen=True)

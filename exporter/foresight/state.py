@@ -199,7 +199,8 @@ class Foresight:
         rows = [
             ProcessRow(gpu.index, gpu.uuid, proc.gi, proc.pid, proc.name, process_sharing(gpu, proc),
                        workload_label(key), expected_peak(state.used_bytes, state.profile),
-                       forecast.at_contention_bytes.get(proc.pid) if contended else None)
+                       forecast.at_contention_bytes.get(proc.pid) if contended else None,
+                       proc.namespace, proc.pod, proc.container)
             for proc, state, key in zip(domain.processes, states, keys)
         ]
         return device, rows
@@ -238,7 +239,9 @@ class Foresight:
         return now, False
 
     def _key(self, proc: ProcessInfo) -> str:
-        """Workload key of a process, cached because command lines rarely change."""
+        """Workload key of a process: the one the backend resolved, else derived here (cached)."""
+        if proc.workload:
+            return proc.workload
         cache_key = (proc.pid, proc.name, proc.cmdline)
         key = self._keys.get(cache_key)
         if key is None:

@@ -194,11 +194,17 @@ def _check_template(pattern: re.Pattern[str], template: str) -> None:
 
 
 def workload_key(
-    cmdline: str, name: str, environ: Mapping[str, str] | None = None, rules: Iterable[WorkloadRule] = ()
+    cmdline: str, name: str, environ: Mapping[str, str] | None = None, rules: Iterable[WorkloadRule] = (),
+    pod: Any = None,
 ) -> str:
-    """The workload key of one process (see the module docstring for the order)."""
+    """The workload key of one process (see the module docstring for the order).
+
+    ``pod`` (an :class:`exporter.identity.PodRef`, or anything with ``namespace``, ``pod`` and
+    ``container``) is the process's pod as resolved from its cgroup; without it the downward-API
+    variables in ``environ`` name the pod.
+    """
     environ = environ or {}
-    derived = _builtin_key(cmdline, name, environ)
+    derived = _builtin_key(cmdline, name, environ, pod)
     for rule in rules:
         key = rule.apply(cmdline, name, derived)
         if key is not None:
@@ -206,15 +212,18 @@ def workload_key(
     return _bounded(derived, MAX_KEY_LENGTH)
 
 
-def _builtin_key(cmdline: str, name: str, environ: Mapping[str, str]) -> str:
+def _builtin_key(cmdline: str, name: str, environ: Mapping[str, str], pod: Any = None) -> str:
     """Key from the explicit variable, Kubernetes identity, command line or name, in that order."""
     explicit = environ.get("GPUSHARE_WORKLOAD", "").strip()
     if explicit:
         return explicit
-    namespace, pod = environ.get("POD_NAMESPACE", "").strip(), environ.get("POD_NAME", "").strip()
-    if namespace and pod:
+    if pod is not None and pod.namespace and pod.pod:
+        namespace, pod_name, container = pod.namespace, pod.pod, pod.container
+    else:
+        namespace, pod_name = environ.get("POD_NAMESPACE", "").strip(), environ.get("POD_NAME", "").strip()
         container = environ.get("CONTAINER_NAME", "").strip()
-        key = f"k8s:{namespace}/{kubernetes_owner(pod)}"
+    if namespace and pod_name:
+        key = f"k8s:{namespace}/{kubernetes_owner(pod_name)}"
         return f"{key}/{container}" if container else key
     normalized = normalize_cmdline(cmdline)
     if normalized:
