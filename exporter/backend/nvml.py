@@ -25,6 +25,7 @@ from collections import Counter
 
 from exporter.backend.nvml_device import GpuReader
 from exporter.backend.nvml_types import NA, SECTIONS, DeviceTag, GpuLostError, Missing, NvmlCallError
+from exporter.backend.nvml_worker import _GpuWorker
 from exporter.backend.procinfo import ProcFs
 from exporter.identity import Identifier
 from exporter.errors import NoGpuError
@@ -161,6 +162,11 @@ class NvmlCaller:
             log.warning("%s %s; metric omitted", fn_name, reason)
         return NA
 
+    def count_failure(self, fn_name: str, error: str) -> None:
+        """Count a failure of a call made outside ``call`` (nvmlInit, nvmlDeviceGetCount)."""
+        with self._lock:
+            self.errors[(fn_name, error)] += 1
+
     def _count_error(self, fn_name: str, error: str, exc: BaseException) -> None:
         with self._lock:
             self.errors[(fn_name, error)] += 1
@@ -180,54 +186,21 @@ def _init_failure_reason(error: str, exc: BaseException) -> str:
     return "nvml: " + reasons.get(error, f"initialisation failed: {error} ({exc})")
 
 
-class _GpuWorker:
-    """A long-lived daemon thread that reads one GPU whenever a poll asks it to.
+# nvmlInit failures that end `exporter serve` at startup: no driver library at all, or no
+# permission to the device files, are configuration problems. Any other (driver not loaded
+# yet, library/driver version mismatch after an upgrade, a lost GPU...) is retried each poll.
+FATAL_AT_START = ("LibraryNotFound", "NoPermission", "NoGpus")
+# Enumerate the GPUs again (nvmlShutdown + nvmlInit: NVML enumerates at init) when a GPU has
+# been down this many polls in a row (it may have been removed), backing off to at most once
+# per REDISCOVER_MAX_BACKOFF polls while it stays down, and every REDISCOVER_EVERY_POLLS
+# polls anyway, to find GPUs attached since.
+REDISCOVER_DOWN_POLLS = 3
+REDISCOVER_MAX_BACKOFF = 64
+REDISCOVER_EVERY_POLLS = 300
 
-    One per GPU, started at open(): a poll only wakes it (no thread is created per poll),
-    and a GPU whose driver call hangs holds up its own worker and nothing else. Daemon, so a
-    read stuck in the driver never blocks the process from exiting.
-    """
 
-    def __init__(self, reader: GpuReader):
-        self.reader = reader
-        self.done = threading.Event()
-        self.done.set()  # idle
-        self.result: tuple[GpuInfo, set[str]] | None = None
-        self._wake = threading.Event()
-        self._stopping = False
-        self.thread = threading.Thread(target=self._loop, daemon=True, name=f"nvml-gpu{reader.index}")
-        self.thread.start()
-
-    @property
-    def busy(self) -> bool:
-        """True while a read is in flight (possibly one a previous poll gave up on)."""
-        return not self.done.is_set()
-
-    def start_read(self) -> None:
-        """Ask for one read; the caller checks ``busy`` first."""
-        self.result = None
-        self.done.clear()
-        self._wake.set()
-
-    def stop(self) -> None:
-        """Let the thread end after its current read, if any (it is never joined)."""
-        self._stopping = True
-        self._wake.set()
-
-    def _loop(self) -> None:
-        while True:
-            self._wake.wait()
-            self._wake.clear()
-            if self._stopping:
-                return
-            try:
-                self.result = self.reader.read()
-            except Exception as exc:  # noqa: BLE001 - a reader bug must not end the worker
-                log.error("GPU %d: read failed: %s: %s", self.reader.index, type(exc).__name__, exc)
-                log.debug("GPU read traceback", exc_info=exc)
-                self.result = None
-            finally:
-                self.done.set()
+class NvmlUnavailable(RuntimeError):
+    """NVML could not be initialised for this poll (the poll fails; retried next poll)."""
 
 
 class NvmlBackend:
@@ -240,6 +213,12 @@ class NvmlBackend:
     takes longer than ``gpu_timeout`` seconds is reported ``up=False, error="timeout"`` and
     skipped while that read is still running, so reads never pile up; only the poll during
     which it hung waits for it.
+
+    The NVML session survives what real nodes do (docs/scenarios.md, fault model): an
+    nvmlInit that fails (driver not loaded yet, library/driver mismatch) is retried each poll
+    (those polls fail, ``nvmlInit`` errors are counted) instead of ending the exporter; a GPU
+    that stays down, and every REDISCOVER_EVERY_POLLS polls, makes the backend enumerate
+    again, so removed GPUs disappear from the snapshot and attached ones appear.
     """
 
     name = "nvml"
@@ -256,39 +235,97 @@ class NvmlBackend:
         self.readers: list[GpuReader] = []
         self._workers: list[_GpuWorker] = []
         self._open = False
+        self._initialized = False  # an NVML session with its readers is up
+        self._polls = 0
+        self._discovered_at = 0  # poll number of the last enumeration
+        self._down: dict[int, int] = {}  # GPU index -> polls down in a row
+        self._backoff = REDISCOVER_DOWN_POLLS
+        self.discoveries = 0  # enumerations after the first (tests, benchmarks)
 
     def open(self) -> None:
-        """nvmlInit and discover GPUs; NoGpuError (one line) when there is no driver or GPU."""
+        """nvmlInit and discover GPUs. NoGpuError (one line) when there is no driver library,
+        no permission or no GPU; other init failures are retried by every poll."""
         if self._nv is None:
             import pynvml  # the single pynvml import of the exporter
 
             self._nv = pynvml
+        self.caller = NvmlCaller(self._nv)
+        failure = self._start()
+        if failure is not None:
+            error, reason = failure
+            if error in FATAL_AT_START:
+                raise NoGpuError(reason)
+            log.warning("%s; retrying every poll", reason)
+        self._open = True
+
+    def _start(self) -> tuple[str, str] | None:
+        """Initialise NVML and build one reader per GPU; (error, one-line reason) on failure."""
         nv = self._nv
-        self.caller = NvmlCaller(nv)
         try:
             nv.nvmlInit()
         except (nv.NVMLError, nv.NVMLLibraryMismatchError) as exc:
             error = _short_name(nv, exc)
-            raise NoGpuError(_init_failure_reason(error, exc)) from None
+            self.caller.count_failure("nvmlInit", error)
+            return error, _init_failure_reason(error, exc)
         try:
             count = nv.nvmlDeviceGetCount()
         except nv.NVMLError as exc:
             self._shutdown()
-            raise NoGpuError(_init_failure_reason(_short_name(nv, exc), exc)) from None
+            error = _short_name(nv, exc)
+            self.caller.count_failure("nvmlDeviceGetCount", error)
+            return error, _init_failure_reason(error, exc)
         if count == 0:
             self._shutdown()
-            raise NoGpuError(_init_failure_reason("NoGpus", None))
+            return "NoGpus", _init_failure_reason("NoGpus", None)
         version = self.caller.call("nvmlSystemGetDriverVersion")
         self.driver_version = version if isinstance(version, str) else ""
+        old = {r.uuid: r for r in self.readers if r.uuid}
         self.readers = [GpuReader(self.caller, i, self.procfs, self.identifier) for i in range(count)]
+        for reader in self.readers:
+            reader.adopt(old)  # XID counts follow a GPU across enumerations (by UUID)
         self._workers = [_GpuWorker(reader) for reader in self.readers]
-        self._open = True
+        self._initialized = True
+        self._discovered_at = self._polls
+        self._down = {}
+        return None
+
+    def _stop_session(self) -> None:
+        for worker in self._workers:
+            worker.stop()
+            worker.reader.close()
+        self._workers = []
+        self._initialized = False
+        self._shutdown()
+
+    def _rediscover_due(self) -> bool:
+        if any(w.busy for w in self._workers):
+            return False  # a read hangs in the driver: never shut NVML down under it
+        since = self._polls - self._discovered_at
+        if since >= REDISCOVER_EVERY_POLLS:
+            return True
+        return bool(self._down) and max(self._down.values()) >= REDISCOVER_DOWN_POLLS and since >= self._backoff
+
+    def _ensure_session(self) -> None:
+        """Start NVML if it is down; enumerate again when due. NvmlUnavailable if it cannot."""
+        if self._initialized and self._rediscover_due():
+            still_down = bool(self._down)
+            log.info("nvml: enumerating GPUs again (%s)", "a GPU stays unreadable" if still_down else "periodic")
+            self._stop_session()
+            self.discoveries += 1
+            self._backoff = min(REDISCOVER_MAX_BACKOFF, self._backoff * 2) if still_down else REDISCOVER_DOWN_POLLS
+        if not self._initialized:
+            failure = self._start()
+            if failure is not None:
+                raise NvmlUnavailable(failure[1])
 
     def poll(self) -> Snapshot:
-        """Read every GPU once. GPU-level failures are reported in the Snapshot, not raised."""
+        """Read every GPU once. GPU-level failures are reported in the Snapshot, not raised;
+        NvmlUnavailable when NVML itself cannot be initialised."""
         if not self._open:
             raise RuntimeError("NvmlBackend.poll() called before open()")
         started = time.monotonic()
+        self._polls += 1
+        self._ensure_session()
         self.caller.begin_poll()
         gpus: list[GpuInfo] = []
         failed: set[str] = set()
@@ -304,6 +341,12 @@ class NvmlBackend:
             info, sections = result or (worker.reader.down("timeout"), set(SECTIONS))
             gpus.append(info)
             failed |= sections
+            if info.up:
+                self._down.pop(info.index, None)
+            else:
+                self._down[info.index] = self._down.get(info.index, 0) + 1
+        if not self._down:
+            self._backoff = REDISCOVER_DOWN_POLLS
         return Snapshot(
             timestamp=time.time(),
             backend=self.name,
@@ -329,7 +372,9 @@ class NvmlBackend:
             if not worker.busy:  # a hung read still owns its resources
                 worker.reader.close()
         self._workers = []
-        self._shutdown()
+        if self._initialized:
+            self._initialized = False
+            self._shutdown()
 
     def _shutdown(self) -> None:
         try:
@@ -338,4 +383,5 @@ class NvmlBackend:
             log.debug("nvmlShutdown failed: %s", exc)
 
 
-__all__ = ["NA", "Missing", "NvmlCallError", "GpuLostError", "DeviceTag", "NvmlCaller", "NvmlBackend"]
+__all__ = ["NA", "Missing", "NvmlCallError", "GpuLostError", "DeviceTag", "NvmlCaller", "NvmlBackend",
+           "NvmlUnavailable", "_GpuWorker"]
