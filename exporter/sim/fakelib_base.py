@@ -183,6 +183,18 @@ class ImplBase:
     def _live_instance(self, gpu: int, serial: int) -> MigInstance | None:
         return next((i for i in self.engine.epoch(gpu).instances if i.serial == serial), None)
 
+    def _gi(self, handle):
+        """(Dev of the instance) for a GPU-instance or compute-instance handle, or an error."""
+        if self._uninitialized():
+            return UNINITIALIZED
+        h = decode(handle)
+        if h is None or h[0] not in (KIND_GI, KIND_CI) or h[1] not in self._visible:
+            return INVALID_ARGUMENT
+        if not self.engine.lifecycle.present(h[1], self.now):
+            return GPU_IS_LOST
+        inst = self._live_instance(h[1], h[2])
+        return INVALID_ARGUMENT if inst is None else self._gpu_dev(h[1], inst)
+
     # --- library lifetime and system queries ---------------------------------------------
 
     def _init(self) -> int:
