@@ -57,8 +57,9 @@ class SimBackend:
         (``step_to`` before ``open``, as ``snapshot --at`` does), so process start times and
         NVML sample timestamps are never in the real future.
         """
-        self.sim = Simulation(self.scenario, procfs_dir=self._procfs_dir,
-                              start_at=self._manual if self._manual is not None else 0.0)
+        start = self._manual if self._manual is not None else 0.0
+        self.sim = Simulation(self.scenario, procfs_dir=self._procfs_dir, start_at=start)
+        self.sim.advance_to(start)  # NVML starts at that instant (an init failure then counts)
         self.sim.install()
         self.nvml = NvmlBackend(procfs_root=self.sim.procfs_root, gpu_timeout=self._gpu_timeout,
                                 identifier=self._identifier)
