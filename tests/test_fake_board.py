@@ -187,6 +187,19 @@ def test_pcie_throughput_is_the_scenario_timeline_in_kib(host):
     assert pynvml.nvmlDeviceGetPcieThroughput(h(0), pynvml.NVML_PCIE_UTIL_TX_BYTES) == 2048
 
 
+def test_process_samples_are_stamped_on_the_simulation_clock(host):
+    """Started at --at 600, the simulated host's "now" is the real now: per-process
+    utilization samples are not 600 s in the future, and nvitop's "now - 1 s" finds them."""
+    import time
+
+    host({"gpus": [{"model": "H100-80GB"}],
+          "processes": [{"pid": 7, "name": "job", "gpu": 0, "memory": "1GiB", "sm_active": 0.5}]}, at=600)
+    now_us = time.time() * 1e6
+    (sample,) = pynvml.nvmlDeviceGetProcessUtilization(h(0), int(now_us - 1e6))
+    assert abs(sample.timeStamp - now_us) < 2e6
+    assert sample.smUtil == round(100 * min(1.0, 1.15 * 0.5))
+
+
 # --- NVLink through field values, per board ------------------------------------------------
 
 

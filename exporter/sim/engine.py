@@ -90,6 +90,11 @@ class Engine:
 
     # --- queries -----------------------------------------------------------------------
 
+    @property
+    def restarts(self) -> list[tuple[float, DeviceKey]]:
+        """(time, device) of every MPS server restart (mps_events holds deaths too)."""
+        return [(at, key) for at, key, kind in self.mps_events if kind == "mps_restart"]
+
     def epoch(self, gpu: int, t: float | None = None) -> Epoch:
         return epoch_at(self.epochs[gpu], self.now if t is None else t)
 

@@ -162,6 +162,11 @@ def mps_device_events(engine: Engine, events: list[EventSpec], where: str) -> li
     return result
 
 
+def mps_restarts(engine: Engine, events: list[EventSpec], where: str) -> list[tuple[float, DeviceKey]]:
+    """(time, device) of every mps_restart (see mps_device_events for deaths too)."""
+    return [(at, key) for at, key, kind in mps_device_events(engine, events, where) if kind == "mps_restart"]
+
+
 def resolve_events(engine: Engine, events: list[EventSpec], where: str):
     """(MPS device events, xids, faults) from the scenario events, sorted by time."""
     xids, faults = [], []

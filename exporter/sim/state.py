@@ -170,8 +170,11 @@ class Lifecycle:
         return sorted(self._cuts[gpu])
 
     def present(self, gpu: int, t: float) -> bool:
-        """True while the GPU is on the bus at t."""
-        return [present for when, present in self._presence[gpu] if when <= t][-1]
+        """True while the GPU is on the bus at t (asked by every fake NVML call: kept cheap)."""
+        changes = self._presence[gpu]
+        if len(changes) == 1:
+            return changes[0][1]
+        return [present for when, present in changes if when <= t][-1]
 
     def present_gpus(self, t: float) -> list[int]:
         """Indices of the GPUs on the bus at t, ascending (NVML enumerates them in this order)."""
