@@ -277,6 +277,15 @@ def test_changes_are_refused_as_for_a_non_root_caller(host):
     assert sim.fallback_symbols["nvmlDeviceSetPersistenceMode"] == 1
 
 
+def test_unusable_arguments_are_invalid_argument_and_recorded(host):
+    """A NULL where NVML wants a buffer: INVALID_ARGUMENT (as NVML's pointer checks), never a
+    Python error escaping through pynvml; the recorder counts it."""
+    sim = host({"gpus": [{"model": "H100-80GB", "mig": []}]})
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(h(0), 19, 0, 0)
+    assert sim.invalid_calls["nvmlDeviceGetGpuInstancePossiblePlacements_v2"] == 1
+
+
 def _one_handle_getters():
     for name in sorted(dir(pynvml)):
         fn = getattr(pynvml, name)

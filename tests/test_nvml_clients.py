@@ -96,6 +96,7 @@ def test_missing_symbols_are_absent_from_the_simulated_driver_too(run):
     (pynvml 13.615 and nvitop probe R595+ APIs first, then fall back)."""
     _, _, _, recorder = run
     assert all(SINCE.get(name, 0) > 580 for name in recorder["missing"]), recorder["missing"]
+    assert recorder["invalid"] == {}  # every call the clients made had usable arguments
     assert recorder["calls"]["nvmlDeviceGetBAR1MemoryInfo"] > 0  # what crashed nvitop before
 
 

@@ -55,6 +55,7 @@ class Simulation:
         # and exported symbols answered generically (exporter.sim.fakelib_fallback).
         self.missing_symbols: Counter = Counter()
         self.fallback_symbols: Counter = Counter()
+        self.invalid_calls: Counter = Counter()  # calls with arguments NVML would refuse
         # The simulated host's clock: virtual time t is Unix time boot_time + t. boot_time is
         # a whole second (it is /proc/stat's btime) chosen so that ``start_at`` is now.
         self.boot_time = float(int(time.time() - start_at))
@@ -123,9 +124,14 @@ class Simulation:
             self._installed = self._saved_lib = None
             pynvml._nvmlGetFunctionPointer_cache.clear()
 
-    def close(self) -> None:
-        """Uninstall and remove the fake /proc (only what this simulation created)."""
-        self.uninstall()
+    def close(self, keep_library: bool = False) -> None:
+        """Uninstall and remove the fake /proc (only what this simulation created).
+
+        ``keep_library``: leave the fake installed, for a process about to exit whose
+        clients may still call NVML from destructors at interpreter exit (as a real
+        library stays loaded until the end)."""
+        if not keep_library:
+            self.uninstall()
         self._procfs.close()
 
     def __enter__(self) -> Simulation:

@@ -11,8 +11,9 @@ times. The simulated clock reads the real time at ``--at``.
 
 ``--record FILE`` writes the recorder as JSON when the client ends: ``missing`` (symbols the
 client looked up that the simulated driver does not export: it got FunctionNotFound),
-``fallback`` (exported symbols answered generically, NotSupported or NoPermission) and
-``calls`` (every C symbol called), each symbol -> count. Exit status: the client's.
+``fallback`` (exported symbols answered generically, NotSupported or NoPermission),
+``invalid`` (calls whose arguments NVML would refuse: INVALID_ARGUMENT) and ``calls`` (every
+C symbol called), each symbol -> count. Exit status: the client's.
 """
 
 from __future__ import annotations
@@ -69,8 +70,9 @@ def run(scenario_path: str, at: float, program: list[str], record: str | None) -
         if record:
             with open(record, "w", encoding="utf-8") as fh:
                 json.dump({"missing": dict(sim.missing_symbols), "fallback": dict(sim.fallback_symbols),
-                           "calls": dict(sim.call_counts)}, fh, indent=1, sort_keys=True)
-        sim.close()
+                           "invalid": dict(sim.invalid_calls), "calls": dict(sim.call_counts)},
+                          fh, indent=1, sort_keys=True)
+        sim.close(keep_library=True)  # clients may call nvmlShutdown from __del__ at exit
     return code
 
 

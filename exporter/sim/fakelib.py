@@ -16,7 +16,9 @@ reads; every other one is answered by exporter.sim.fakelib_fallback (NotSupporte
 reading this board does not give, NoPermission for a change: the fake is read-only).
 
 The recorder: every symbol looked up and refused lands in ``Simulation.missing_symbols``,
-every one answered by the fallback in ``Simulation.fallback_symbols`` (C symbol -> calls).
+every one answered by the fallback in ``Simulation.fallback_symbols``, and every call whose
+arguments the fake could not use (a NULL pointer where NVML wants a buffer: answered
+INVALID_ARGUMENT) in ``Simulation.invalid_calls`` (C symbol -> calls).
 
 Every call is counted in ``Simulation.call_counts`` under its C symbol, then checked against
 the scenario's faults (which may sleep for real, to simulate a hanging call) before the
@@ -25,6 +27,7 @@ implementation runs. Fault matching: exporter.sim.faults.
 
 from __future__ import annotations
 
+import ctypes
 import time
 from typing import TYPE_CHECKING
 
@@ -94,7 +97,13 @@ class _Symbol:
             if code != pynvml.NVML_SUCCESS:
                 return code
         with sim._lock:
-            return self._method(*args)
+            try:
+                return self._method(*args)
+            except (AttributeError, TypeError, ValueError, IndexError, ctypes.ArgumentError):
+                # Arguments a C library could not use (a NULL or wrongly typed pointer, a
+                # short array): INVALID_ARGUMENT, as NVML checks its pointers; recorded.
+                sim.invalid_calls[name] += 1
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
 
 
 class FakeNvmlLib:
