@@ -117,17 +117,19 @@ def test_attached_gpu_appears_at_the_next_periodic_enumeration(exporter, monkeyp
     assert counts[0] == 1 and counts[-1] == 2
 
 
-def test_nvml_init_failure_at_start_is_retried_without_restart(exporter):
-    """Started while the driver is not loaded: polls fail (counted, no GPU series), then the
-    GPUs appear once nvmlInit succeeds; the failed inits are in the self-metrics."""
+@pytest.mark.parametrize("error", ["DriverNotLoaded", "NoPermission", "LibraryNotFound", "LibRmVersionMismatch"])
+def test_nvml_init_failure_at_start_is_retried_without_restart(exporter, error):
+    """Started while NVML cannot start (driver not loaded, device files not yet accessible,
+    library being installed): polls fail (counted, no GPU series), then the GPUs appear
+    once nvmlInit succeeds; the failed inits are in the self-metrics."""
     e = exporter({"gpus": [{"model": "A30"}],
-                  "events": [{"at": 0, "nvml_init_failure": {"error": "DriverNotLoaded", "until": "20s"}}]})
+                  "events": [{"at": 0, "nvml_init_failure": {"error": error, "until": "20s"}}]})
     assert not e.at(5) and not e.at(10)
     assert e.value("gpushare_exporter_polls_total", result="error") == 2
     assert e.value("gpushare_gpu_up", gpu=0) is None
     assert e.at(20)
     assert e.value("gpushare_gpu_up", gpu=0) == 1
-    assert e.value("gpushare_exporter_poll_errors_total", call="nvmlInit", error="DriverNotLoaded") == 3
+    assert e.value("gpushare_exporter_poll_errors_total", call="nvmlInit", error=error) == 3
 
 
 def test_driver_mismatch_running_exporter_keeps_reading_and_a_late_one_waits(exporter):

@@ -186,10 +186,11 @@ def _init_failure_reason(error: str, exc: BaseException) -> str:
     return "nvml: " + reasons.get(error, f"initialisation failed: {error} ({exc})")
 
 
-# nvmlInit failures that end `exporter serve` at startup: no driver library at all, or no
-# permission to the device files, are configuration problems. Any other (driver not loaded
-# yet, library/driver version mismatch after an upgrade, a lost GPU...) is retried each poll.
-FATAL_AT_START = ("LibraryNotFound", "NoPermission", "NoGpus")
+# nvmlInit failures that end `exporter serve` at startup: no driver library that can be
+# loaded at all (a host without the NVIDIA driver), or a driver that sees no GPU. Any other
+# (driver not loaded yet, library/driver version mismatch after an upgrade, no permission
+# to the device files yet, a lost GPU...) is logged and retried each poll.
+FATAL_AT_START = ("LibraryNotFound", "NoGpus")
 # Enumerate the GPUs again (nvmlShutdown + nvmlInit: NVML enumerates at init) when a GPU has
 # been down this many polls in a row (it may have been removed), backing off to at most once
 # per REDISCOVER_MAX_BACKOFF polls while it stays down, and every REDISCOVER_EVERY_POLLS
@@ -199,8 +200,9 @@ REDISCOVER_MAX_BACKOFF = 64
 REDISCOVER_EVERY_POLLS = 300
 
 
-class NvmlUnavailable(RuntimeError):
-    """NVML could not be initialised for this poll (the poll fails; retried next poll)."""
+class NvmlUnavailable(NoGpuError):
+    """NVML could not be initialised for this poll (the poll fails; retried next poll). A
+    NoGpuError, so a one-shot command (snapshot) reports it in one line."""
 
 
 class NvmlBackend:
@@ -253,7 +255,9 @@ class NvmlBackend:
         failure = self._start()
         if failure is not None:
             error, reason = failure
-            if error in FATAL_AT_START:
+            # LibraryNotFound from a library that did load (a simulated one) is transient.
+            no_library = error == "LibraryNotFound" and getattr(self._nv, "nvmlLib", None) is None
+            if error in FATAL_AT_START and (error != "LibraryNotFound" or no_library):
                 raise NoGpuError(reason)
             log.warning("%s; retrying every poll", reason)
         self._open = True
@@ -305,18 +309,18 @@ class NvmlBackend:
             return True
         return bool(self._down) and max(self._down.values()) >= REDISCOVER_DOWN_POLLS and since >= self._backoff
 
-    def _ensure_session(self) -> None:
-        """Start NVML if it is down; enumerate again when due. NvmlUnavailable if it cannot."""
-        if self._initialized and self._rediscover_due():
-            still_down = bool(self._down)
-            log.info("nvml: enumerating GPUs again (%s)", "a GPU stays unreadable" if still_down else "periodic")
-            self._stop_session()
-            self.discoveries += 1
-            self._backoff = min(REDISCOVER_MAX_BACKOFF, self._backoff * 2) if still_down else REDISCOVER_DOWN_POLLS
-        if not self._initialized:
-            failure = self._start()
-            if failure is not None:
-                raise NvmlUnavailable(failure[1])
+    def _rediscover(self) -> None:
+        """Enumerate again: close the session and start a new one (at the end of a poll, so
+        every reader has drained its XID events first). A failure leaves NVML down: the next
+        poll retries and fails until it can start."""
+        still_down = bool(self._down)
+        log.info("nvml: enumerating GPUs again (%s)", "a GPU stays unreadable" if still_down else "periodic")
+        self._stop_session()
+        self.discoveries += 1
+        self._backoff = min(REDISCOVER_MAX_BACKOFF, self._backoff * 2) if still_down else REDISCOVER_DOWN_POLLS
+        failure = self._start()
+        if failure is not None:
+            log.warning("%s; retrying every poll", failure[1])
 
     def poll(self) -> Snapshot:
         """Read every GPU once. GPU-level failures are reported in the Snapshot, not raised;
@@ -325,7 +329,10 @@ class NvmlBackend:
             raise RuntimeError("NvmlBackend.poll() called before open()")
         started = time.monotonic()
         self._polls += 1
-        self._ensure_session()
+        if not self._initialized:
+            failure = self._start()
+            if failure is not None:
+                raise NvmlUnavailable(failure[1])
         self.caller.begin_poll()
         gpus: list[GpuInfo] = []
         failed: set[str] = set()
@@ -341,13 +348,13 @@ class NvmlBackend:
             info, sections = result or (worker.reader.down("timeout"), set(SECTIONS))
             gpus.append(info)
             failed |= sections
-            if info.up:
+            if info.up or info.error == "timeout":  # slow is not gone: no re-enumeration for it
                 self._down.pop(info.index, None)
             else:
                 self._down[info.index] = self._down.get(info.index, 0) + 1
         if not self._down:
             self._backoff = REDISCOVER_DOWN_POLLS
-        return Snapshot(
+        snapshot = Snapshot(
             timestamp=time.time(),
             backend=self.name,
             driver_version=self.driver_version,
@@ -356,6 +363,9 @@ class NvmlBackend:
             call_errors=self.caller.errors_snapshot(),
             section_ok={s: s not in failed for s in SECTIONS},
         )
+        if self._rediscover_due():
+            self._rediscover()
+        return snapshot
 
     @property
     def calls_last_poll(self) -> int:
