@@ -76,7 +76,10 @@ def test_lost_gpu_goes_down_then_a_reset_brings_it_back_with_counters_restarted(
     energy_before = e.value("gpushare_gpu_energy_joules_total", gpu=1)
     old_mig = {s.labels["profile"] for s in e.samples("gpushare_mig_info", gpu=1)}
     assert energy_before == pytest.approx(200 * 8) and old_mig == {"3g.20gb"}
-    assert e.at(15)
+    for t in range(11, 30):  # lost long enough for the exporter to enumerate again
+        assert e.at(t)
+        assert e.value("gpushare_gpu_up", gpu=1, uuid=uuid1) == 0  # keeps its identity while lost
+    assert e.backend.nvml.discoveries >= 1
     assert e.value("gpushare_gpu_up", gpu=1) == 0 and e.value("gpushare_gpu_up", gpu=0) == 1
     assert e.value("gpushare_gpu_power_watts", gpu=1) is None
     assert sum(s.value for s in e.samples("gpushare_exporter_poll_errors_total", error="GpuIsLost")) > 0

@@ -284,9 +284,12 @@ class NvmlBackend:
         version = self.caller.call("nvmlSystemGetDriverVersion")
         self.driver_version = version if isinstance(version, str) else ""
         old = {r.uuid: r for r in self.readers if r.uuid}
+        # Same count: the enumeration order is the same, so a GPU that cannot say its UUID now
+        # (lost) keeps the identity its index had; otherwise only the UUID identifies a GPU.
+        same_order = self.readers if len(self.readers) == count else None
         self.readers = [GpuReader(self.caller, i, self.procfs, self.identifier) for i in range(count)]
         for reader in self.readers:
-            reader.adopt(old)  # XID counts follow a GPU across enumerations (by UUID)
+            reader.adopt(old, same_order[reader.index] if same_order else None)
         self._workers = [_GpuWorker(reader) for reader in self.readers]
         self._initialized = True
         self._discovered_at = self._polls
