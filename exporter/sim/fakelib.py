@@ -40,6 +40,7 @@ from exporter.sim.fakelib_events_gpm import EventGpmCalls
 from exporter.sim.fakelib_fallback import fallback_for
 from exporter.sim.fakelib_fields import FieldCalls
 from exporter.sim.fakelib_health import HealthCalls
+from exporter.sim.fakelib_identity import IdentityCalls
 from exporter.sim.fakelib_mig import MigCalls
 from exporter.sim.fakelib_procs import ProcessCalls
 from exporter.sim.fakelib_sensors import SensorCalls
@@ -64,7 +65,7 @@ def error_code(name: str) -> int:
                      f"'GpuIsLost', 'NotFound', 'Timeout')")
 
 
-class NvmlImpl(FieldCalls, BoardCalls, HealthCalls, DeviceCalls, SensorCalls, MigCalls,
+class NvmlImpl(FieldCalls, BoardCalls, IdentityCalls, HealthCalls, DeviceCalls, SensorCalls, MigCalls,
                ProcessCalls, EventGpmCalls, ImplBase):
     """Every C symbol the fake implements, as a method with the C argument list."""
 

@@ -17,7 +17,7 @@ import pynvml
 from exporter.catalog import MigProfile, remaining_capacity
 from exporter.sim.fakelib_base import (
     INSUFFICIENT_SIZE, INVALID_ARGUMENT, KIND_CI, KIND_GI, NOT_FOUND, NOT_SUPPORTED, SUCCESS,
-    UNINITIALIZED, VERSION_MISMATCH, Dev, array_length, decode, encode, out, out_handle, value,
+    VERSION_MISMATCH, Dev, array_length, decode, encode, out, out_handle, value,
     write_handles,
 )
 

@@ -11,7 +11,6 @@ repartitions are ``mig_reconfigure`` with ``fails_after`` (exporter.sim.scenario
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import pynvml
 
