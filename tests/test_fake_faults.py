@@ -234,6 +234,12 @@ def test_failed_repartition_leaves_a_half_done_layout(host):
     cis = (pynvml.c_nvmlComputeInstance_t * 1)()
     pynvml.nvmlGpuInstanceGetComputeInstances(array[0], 1, cis, pynvml.byref(count))
     assert count.value == 0 and info.profileId == 14
+    # Inside the orphan GPU instance a compute instance could still be created: capacity 1
+    # for the full-size profile (2 slices), none found by id.
+    full = pynvml.NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE
+    assert pynvml.nvmlGpuInstanceGetComputeInstanceRemainingCapacity(array[0], full) == 1
+    with pytest.raises(pynvml.NVMLError_NotFound):
+        pynvml.nvmlGpuInstanceGetComputeInstanceById(array[0], 0)
     # 3g at 4-7 and the CI-less 2g at 0-1 hold their slices: one more 2g.20gb fits (at 2).
     assert pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(h(0), 14) == 1
     assert pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(h(0), 9) == 0

@@ -35,6 +35,7 @@ import pynvml
 
 from exporter.sim.fakelib_base import ImplBase
 from exporter.sim.fakelib_board import BoardCalls
+from exporter.sim.fakelib_ci import ComputeInstanceCalls
 from exporter.sim.fakelib_device import DeviceCalls
 from exporter.sim.fakelib_events_gpm import EventGpmCalls
 from exporter.sim.fakelib_fallback import fallback_for
@@ -66,7 +67,7 @@ def error_code(name: str) -> int:
 
 
 class NvmlImpl(FieldCalls, BoardCalls, IdentityCalls, HealthCalls, DeviceCalls, SensorCalls, MigCalls,
-               ProcessCalls, EventGpmCalls, ImplBase):
+               ComputeInstanceCalls, ProcessCalls, EventGpmCalls, ImplBase):
     """Every C symbol the fake implements, as a method with the C argument list."""
 
 
