@@ -306,3 +306,18 @@ def test_poll_before_open_is_an_error():
     """Polling an unopened backend is a programming error, not a silent empty snapshot."""
     with pytest.raises(RuntimeError):
         NvmlBackend(pynvml).poll()
+
+
+def test_pci_gpu_count_reads_nvidia_display_and_3d_controllers(tmp_path):
+    """/sys/bus/pci/devices: NVIDIA (0x10de) VGA or 3D controllers count; audio functions,
+    other vendors and unreadable entries do not; no /sys at all is None (unknown)."""
+    from exporter.backend.nvml import pci_gpu_count
+
+    for name, vendor, pci_class in [("0000:18:00.0", "0x10de", "0x030200"), ("0000:3b:00.0", "0x10de", "0x030000"),
+                                    ("0000:3b:00.1", "0x10de", "0x040300"), ("0000:00:02.0", "0x8086", "0x030000")]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "vendor").write_text(vendor + "\n")
+        (tmp_path / name / "class").write_text(pci_class + "\n")
+    (tmp_path / "0000:00:1f.0").mkdir()  # no vendor file
+    assert pci_gpu_count(str(tmp_path)) == 2
+    assert pci_gpu_count(str(tmp_path / "missing")) is None

@@ -19,9 +19,11 @@ Error policy of the choke point:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import Counter
+from typing import Callable
 
 from exporter.backend.nvml_device import GpuReader
 from exporter.backend.nvml_types import NA, SECTIONS, DeviceTag, GpuLostError, Missing, NvmlCallError
@@ -193,11 +195,34 @@ def _init_failure_reason(error: str, exc: BaseException) -> str:
 FATAL_AT_START = ("LibraryNotFound", "NoGpus")
 # Enumerate the GPUs again (nvmlShutdown + nvmlInit: NVML enumerates at init) when a GPU has
 # been down this many polls in a row (it may have been removed), backing off to at most once
-# per REDISCOVER_MAX_BACKOFF polls while it stays down, and every REDISCOVER_EVERY_POLLS
-# polls anyway, to find GPUs attached since.
+# per REDISCOVER_MAX_BACKOFF polls while it stays down; and, to find GPUs attached since,
+# when the count of NVIDIA GPUs on the PCI bus (/sys, checked every REDISCOVER_EVERY_POLLS
+# polls) differs from what it was at the last enumeration. A re-init is not free on a real
+# node (without persistence mode the driver may tear the GPUs down), so it is never periodic.
 REDISCOVER_DOWN_POLLS = 3
 REDISCOVER_MAX_BACKOFF = 64
 REDISCOVER_EVERY_POLLS = 300
+_NVIDIA_VENDOR = "0x10de"
+_GPU_CLASSES = ("0x0300", "0x0302")  # VGA and 3D controllers
+
+
+def pci_gpu_count(root: str = "/sys/bus/pci/devices") -> int | None:
+    """NVIDIA display/3D controllers on the PCI bus, or None when /sys cannot tell."""
+    try:
+        entries = os.listdir(root)
+    except OSError:
+        return None
+    count = 0
+    for entry in entries:
+        try:
+            with open(os.path.join(root, entry, "vendor")) as fh:
+                vendor = fh.read().strip()
+            with open(os.path.join(root, entry, "class")) as fh:
+                pci_class = fh.read().strip()
+        except OSError:
+            continue
+        count += vendor == _NVIDIA_VENDOR and pci_class.startswith(_GPU_CLASSES)
+    return count
 
 
 class NvmlUnavailable(NoGpuError):
@@ -219,16 +244,19 @@ class NvmlBackend:
     The NVML session survives what real nodes do (docs/scenarios.md, fault model): an
     nvmlInit that fails (driver not loaded yet, library/driver mismatch) is retried each poll
     (those polls fail, ``nvmlInit`` errors are counted) instead of ending the exporter; a GPU
-    that stays down, and every REDISCOVER_EVERY_POLLS polls, makes the backend enumerate
-    again, so removed GPUs disappear from the snapshot and attached ones appear.
+    that stays down, or a change in the number of GPUs on the PCI bus, makes the backend
+    enumerate again, so removed GPUs disappear from the snapshot and attached ones appear.
     """
 
     name = "nvml"
 
     def __init__(self, pynvml_module=None, procfs_root: str = "/proc", gpu_timeout: float = 5.0,
-                 identifier: Identifier | None = None):
-        """``identifier`` names each process's workload and pod (default: built-in rules only)."""
+                 identifier: Identifier | None = None, gpus_on_bus: Callable[[], int | None] = pci_gpu_count):
+        """``identifier`` names each process's workload and pod (default: built-in rules only);
+        ``gpus_on_bus`` counts the GPUs present, without NVML (None: unknown)."""
         self._nv = pynvml_module
+        self._gpus_on_bus = gpus_on_bus
+        self._bus_count: int | None = None  # gpus_on_bus() at the last enumeration
         self.procfs = ProcFs(procfs_root)
         self.identifier = identifier or Identifier()
         self.gpu_timeout = gpu_timeout
@@ -294,6 +322,7 @@ class NvmlBackend:
         self._initialized = True
         self._discovered_at = self._polls
         self._down = {}
+        self._bus_count = self._gpus_on_bus()
         return None
 
     def _stop_session(self) -> None:
@@ -308,8 +337,10 @@ class NvmlBackend:
         if any(w.busy for w in self._workers):
             return False  # a read hangs in the driver: never shut NVML down under it
         since = self._polls - self._discovered_at
-        if since >= REDISCOVER_EVERY_POLLS:
-            return True
+        if since and since % REDISCOVER_EVERY_POLLS == 0:
+            on_bus = self._gpus_on_bus()
+            if on_bus is not None and on_bus != self._bus_count:
+                return True
         return bool(self._down) and max(self._down.values()) >= REDISCOVER_DOWN_POLLS and since >= self._backoff
 
     def _rediscover(self) -> None:
@@ -317,7 +348,8 @@ class NvmlBackend:
         every reader has drained its XID events first). A failure leaves NVML down: the next
         poll retries and fails until it can start."""
         still_down = bool(self._down)
-        log.info("nvml: enumerating GPUs again (%s)", "a GPU stays unreadable" if still_down else "periodic")
+        log.info("nvml: enumerating GPUs again (%s)", "a GPU stays unreadable" if still_down
+                 else "the number of GPUs on the bus changed")
         self._stop_session()
         self.discoveries += 1
         self._backoff = min(REDISCOVER_MAX_BACKOFF, self._backoff * 2) if still_down else REDISCOVER_DOWN_POLLS

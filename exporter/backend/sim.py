@@ -61,8 +61,10 @@ class SimBackend:
         self.sim = Simulation(self.scenario, procfs_dir=self._procfs_dir, start_at=start)
         self.sim.advance_to(start)  # NVML starts at that instant (an init failure then counts)
         self.sim.install()
-        self.nvml = NvmlBackend(procfs_root=self.sim.procfs_root, gpu_timeout=self._gpu_timeout,
-                                identifier=self._identifier)
+        sim = self.sim
+        self.nvml = NvmlBackend(procfs_root=sim.procfs_root, gpu_timeout=self._gpu_timeout,
+                                identifier=self._identifier,
+                                gpus_on_bus=lambda: len(sim.engine.lifecycle.present_gpus(sim.time)))
         try:
             self.nvml.open()
         except BaseException:
