@@ -1,6 +1,7 @@
 """Read-only NVML probes for bench/real_gpu_smoke.py: the same questions to a real GPU and the fake.
 
-Only Get/Query calls: nothing here changes a GPU setting. Each probe answers an *outcome*:
+Only Get/Query calls: nothing here changes a GPU setting (a test asserts that every probe
+calls a Get/Query function). Each probe answers an *outcome*:
 ``("ok", value)`` or ``("error", "NotSupported")`` (pynvml error class suffix). Static
 probes (identity, sizes, tables) are compared by value; dynamic ones (power, clocks,
 utilization...) only by whether they answered or which error they raised.
@@ -38,6 +39,48 @@ GPU_PROBES = (
     ("encoder utilization", "nvmlDeviceGetEncoderUtilization", lambda nv, h: (h,), False),
     ("fan speed", "nvmlDeviceGetFanSpeed", lambda nv, h: (h,), False),
     ("PCIe TX throughput", "nvmlDeviceGetPcieThroughput", lambda nv, h: (h, nv.NVML_PCIE_UTIL_TX_BYTES), False),
+    ("PCIe RX throughput", "nvmlDeviceGetPcieThroughput", lambda nv, h: (h, nv.NVML_PCIE_UTIL_RX_BYTES), False),
+    # Board identity and configuration (issue 12's list): compared by value.
+    ("PCI device id", "nvmlDeviceGetPciInfo", lambda nv, h: (h,), True),
+    ("BAR1 total", "nvmlDeviceGetBAR1MemoryInfo", lambda nv, h: (h,), True),
+    ("brand", "nvmlDeviceGetBrand", lambda nv, h: (h,), True),
+    ("architecture", "nvmlDeviceGetArchitecture", lambda nv, h: (h,), True),
+    ("memory bus width", "nvmlDeviceGetMemoryBusWidth", lambda nv, h: (h,), True),
+    ("power limit constraints", "nvmlDeviceGetPowerManagementLimitConstraints", lambda nv, h: (h,), True),
+    ("default power limit", "nvmlDeviceGetPowerManagementDefaultLimit", lambda nv, h: (h,), True),
+    ("max clock graphics", "nvmlDeviceGetMaxClockInfo", lambda nv, h: (h, nv.NVML_CLOCK_GRAPHICS), True),
+    ("max clock sm", "nvmlDeviceGetMaxClockInfo", lambda nv, h: (h, nv.NVML_CLOCK_SM), True),
+    ("max clock memory", "nvmlDeviceGetMaxClockInfo", lambda nv, h: (h, nv.NVML_CLOCK_MEM), True),
+    ("max clock video", "nvmlDeviceGetMaxClockInfo", lambda nv, h: (h, nv.NVML_CLOCK_VIDEO), True),
+    ("default application clock", "nvmlDeviceGetDefaultApplicationsClock", lambda nv, h: (h, nv.NVML_CLOCK_GRAPHICS), True),
+    ("max PCIe link generation", "nvmlDeviceGetMaxPcieLinkGeneration", lambda nv, h: (h,), True),
+    ("max PCIe link width", "nvmlDeviceGetMaxPcieLinkWidth", lambda nv, h: (h,), True),
+    ("display mode", "nvmlDeviceGetDisplayMode", lambda nv, h: (h,), True),
+    ("display active", "nvmlDeviceGetDisplayActive", lambda nv, h: (h,), True),
+    ("driver model", "nvmlDeviceGetDriverModel", lambda nv, h: (h,), True),
+    ("fan count", "nvmlDeviceGetNumFans", lambda nv, h: (h,), True),
+    ("shutdown temperature", "nvmlDeviceGetTemperatureThreshold",
+     lambda nv, h: (h, nv.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN), True),
+    ("slowdown temperature", "nvmlDeviceGetTemperatureThreshold",
+     lambda nv, h: (h, nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN), True),
+    ("conf compute memory sizes", "nvmlDeviceGetConfComputeMemSizeInfo", lambda nv, h: (h,), True),
+    ("virtualization mode", "nvmlDeviceGetVirtualizationMode", lambda nv, h: (h,), True),
+    ("ECC mode", "nvmlDeviceGetEccMode", lambda nv, h: (h,), True),
+    ("NVLink fields (link count, version of link 0)", "nvmlDeviceGetFieldValues",
+     lambda nv, h: (h, [nv.NVML_FI_DEV_NVLINK_LINK_COUNT, (nv.NVML_FI_DEV_NVLINK_GET_VERSION, 0)]), True),
+    # Readings that depend on what runs: compared by outcome (answers / which error).
+    ("performance state", "nvmlDeviceGetPerformanceState", lambda nv, h: (h,), False),
+    ("persistence mode", "nvmlDeviceGetPersistenceMode", lambda nv, h: (h,), False),
+    ("decoder utilization", "nvmlDeviceGetDecoderUtilization", lambda nv, h: (h,), False),
+    ("NVLink 0 state", "nvmlDeviceGetNvLinkState", lambda nv, h: (h, 0), False),
+    ("power fields (instant, max limit)", "nvmlDeviceGetFieldValues",
+     lambda nv, h: (h, [nv.NVML_FI_DEV_POWER_INSTANT, nv.NVML_FI_DEV_POWER_MAX_LIMIT]), False),
+    ("remapped rows", "nvmlDeviceGetRemappedRows", lambda nv, h: (h,), False),
+    ("retired pages pending", "nvmlDeviceGetRetiredPagesPendingStatus", lambda nv, h: (h,), False),
+    ("accounting mode", "nvmlDeviceGetAccountingMode", lambda nv, h: (h,), False),
+    ("application clock graphics", "nvmlDeviceGetApplicationsClock", lambda nv, h: (h, nv.NVML_CLOCK_GRAPHICS), False),
+    ("running process details", "nvmlDeviceGetRunningProcessDetailList",
+     lambda nv, h: (h, nv.nvmlProcessDetailList_v1, 0), False),
 )
 # Asked on a MIG device handle (the first one), when MIG is on.
 MIG_PROBES = (
@@ -48,6 +91,12 @@ MIG_PROBES = (
     ("MIG: clock sm", "nvmlDeviceGetClockInfo", lambda nv, h: (h, nv.NVML_CLOCK_SM), False),
     ("MIG: utilization", "nvmlDeviceGetUtilizationRates", lambda nv, h: (h,), False),
     ("MIG: compute processes", "nvmlDeviceGetComputeRunningProcesses", lambda nv, h: (h,), False),
+    ("MIG: name", "nvmlDeviceGetName", lambda nv, h: (h,), True),
+    ("MIG: BAR1 total", "nvmlDeviceGetBAR1MemoryInfo", lambda nv, h: (h,), True),
+    ("MIG: compute mode", "nvmlDeviceGetComputeMode", lambda nv, h: (h,), False),
+    ("MIG: encoder utilization", "nvmlDeviceGetEncoderUtilization", lambda nv, h: (h,), False),
+    ("MIG: performance state", "nvmlDeviceGetPerformanceState", lambda nv, h: (h,), False),
+    ("MIG: NVLink fields", "nvmlDeviceGetFieldValues", lambda nv, h: (h, [nv.NVML_FI_DEV_NVLINK_LINK_COUNT]), False),
 )
 
 
@@ -59,6 +108,14 @@ def _error_name(nv, exc) -> str:
 
 def _summary(label: str, value):
     """The part of an answer worth comparing/printing."""
+    if "fields" in label:
+        return [(int(v.nvmlReturn), int(v.value.uiVal) if v.nvmlReturn == 0 else None) for v in value]
+    if label == "PCI device id":
+        return f"0x{value.pciDeviceId:08X}"
+    if "BAR1 total" in label:
+        return int(value.bar1Total)
+    if label == "conf compute memory sizes":
+        return f"protected {value.protectedMemSizeKib} KiB unprotected {value.unprotectedMemSizeKib} KiB"
     if label.endswith("memory total (v2)") or label.endswith("memory total"):
         return f"total {value.total} reserved {getattr(value, 'reserved', '?')}"
     if "attributes" in label:

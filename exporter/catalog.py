@@ -11,12 +11,13 @@ list of placements on one GPU.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Iterable, Sequence
 
-from exporter import catalog_data
+from exporter import catalog_data, catalog_variants
 
 MIB = 1024 * 1024
 
@@ -42,6 +43,26 @@ class MigProfile:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """One board built on a model: SXM module, PCIe card or NVL card (catalog_variants.py)."""
+
+    key: str  # "SXM5", "PCIe", "NVL" (case-insensitive in scenarios)
+    nvml_name: str  # product name NVML returns for this board
+    aliases: tuple[str, ...]
+    pci_device_id: int
+    pci_subsystem_id: int
+    power_limit_watts: float  # default (and, unless a scenario sets one, enforced) limit
+    min_power_limit_watts: float
+    max_power_limit_watts: float
+    idle_power_watts: float
+    form_factor: str  # "SXM" | "PCIe"
+    nvlink_links: int  # NVLink links the board has (0: none)
+    nvlink_active: bool  # links up (SXM baseboards, NVL bridges) or present but inactive
+    overrides: tuple[tuple[str, object], ...] = ()  # GpuModel fields this board changes
+    profiles_inferred: bool = False  # MIG table taken from another board: every profile inferred
+
+
+@dataclass(frozen=True)
 class GpuModel:
     key: str  # scenario alias, e.g. "H100-80GB"
     nvml_name: str  # product name NVML returns, e.g. "NVIDIA H100 80GB HBM3"
@@ -59,6 +80,25 @@ class GpuModel:
     compute_slices: int  # 7 or 4; 0 when not MIG-capable
     max_mig_devices: int  # nvmlDeviceGetMaxMigDeviceCount with MIG on (7 or 4)
     mig_profiles: tuple[MigProfile, ...] = ()
+    # --- board facts (catalog_variants.py); the variant fields describe ``variant`` ---------
+    variant: str = ""  # key of the board these values describe, e.g. "SXM5" or "PCIe"
+    variants: tuple[Variant, ...] = ()  # every board of this model, default first
+    pci_subsystem_id: int = 0
+    min_power_limit_watts: float = 0.0
+    max_power_limit_watts: float = 0.0
+    form_factor: str = ""
+    nvlink_links: int = 0
+    nvlink_active: bool = False
+    nvlink_version: int = 0  # NVML_NVLINK_VERSION_* (0: no NVLink)
+    bar1_mib: int = 0  # BAR1 aperture of the whole GPU
+    pcie_generation: int = 0
+    pcie_width: int = 0
+    idle_pstate: int = 0  # NVML_PSTATE_* when no process runs (P0 while busy)
+    temperature_limits_c: tuple[int, int, int, int] = (0, 0, 0, 0)  # shutdown, slowdown, gpu max, mem max
+    memory_bus_width: int = 0  # bits
+    brand: int = 0  # NVML_BRAND_*
+    default_app_clock_mhz: int = 0
+    fans: int = 0  # every catalog board is passively cooled (fan calls: NotSupported)
 
     @property
     def mig_capable(self) -> bool:
@@ -79,6 +119,19 @@ class GpuModel:
         """Every name this model answers to: key, NVML product name, aliases."""
         return (self.key, self.nvml_name, *self.aliases)
 
+    @property
+    def cuda_cores(self) -> int:
+        """nvmlDeviceGetNumGpuCores: FP32 cores, 64 per SM before Ada except on Ada/Hopper/Blackwell (128)."""
+        return self.sm_count * (128 if self.architecture in ("ada", "hopper", "blackwell") else 64)
+
+    def with_variant(self, key: str) -> GpuModel:
+        """This model as board ``key`` (case-insensitive); KeyError naming the known ones."""
+        for v in self.variants:
+            if v.key.casefold() == key.strip().casefold():
+                return _apply_variant(self, v)
+        known = ", ".join(v.key for v in self.variants)
+        raise KeyError(f"unknown variant {key!r} of {self.key} (known: {known})")
+
     def profile_by_id(self, profile_id: int) -> MigProfile | None:
         """The profile whose NVML ``.id`` is ``profile_id``, or None."""
         return next((p for p in self.mig_profiles if p.profile_id == profile_id), None)
@@ -96,10 +149,29 @@ class GpuModel:
         raise KeyError(f"unknown MIG profile {name!r} for {self.key} (valid: {valid})")
 
 
+def _apply_variant(model: GpuModel, v: Variant) -> GpuModel:
+    """``model`` with the board-specific fields of variant ``v``."""
+    fields = dict(
+        variant=v.key, nvml_name=v.nvml_name, pci_device_id=v.pci_device_id,
+        pci_subsystem_id=v.pci_subsystem_id, power_limit_watts=v.power_limit_watts,
+        min_power_limit_watts=v.min_power_limit_watts, max_power_limit_watts=v.max_power_limit_watts,
+        idle_power_watts=v.idle_power_watts, form_factor=v.form_factor, nvlink_links=v.nvlink_links,
+        nvlink_active=v.nvlink_active, **dict(v.overrides))
+    if v.profiles_inferred:
+        sms = fields.get("sm_count", model.sm_count)
+        fields["mig_profiles"] = tuple(dataclasses.replace(p, inferred=True, sm_count=min(p.sm_count, sms))
+                                       for p in model.mig_profiles)
+    return dataclasses.replace(model, **fields)
+
+
 def _build_models() -> dict[str, GpuModel]:
     models = {}
     for key, row in catalog_data.MODEL_ROWS.items():
         fields = dict(row)
+        fields.update(catalog_variants.BOARD_ROWS[key])
+        fields["variants"] = tuple(
+            Variant(**{**v, "overrides": tuple(v.get("overrides", {}).items())})
+            for v in catalog_variants.VARIANT_ROWS[key])
         profiles = tuple(
             MigProfile(
                 name=p[0], profile_id=p[1], enum_index=p[2], slice_count=p[3],
@@ -109,20 +181,47 @@ def _build_models() -> dict[str, GpuModel]:
             )
             for p in fields.pop("profiles")
         )
-        models[key] = GpuModel(key=key, mig_profiles=profiles, **fields)
+        model = GpuModel(key=key, mig_profiles=profiles, **fields)
+        models[key] = _apply_variant(model, model.variants[0])
     return models
 
 
+# Each model as its default board (the first variant).
 MODELS: dict[str, GpuModel] = _build_models()
 
-_BY_NAME: dict[str, GpuModel] = {
-    name.casefold(): model for model in MODELS.values() for name in model.all_names
-}
+
+def _names() -> dict[str, GpuModel]:
+    by_name = {}
+    for model in MODELS.values():
+        for name in (model.key, *model.aliases):
+            by_name[name.casefold()] = model
+        for v in model.variants:
+            board = model if v.key == model.variant else model.with_variant(v.key)
+            for name in (v.nvml_name, *v.aliases):
+                by_name[name.casefold()] = board
+    return by_name
+
+
+_BY_NAME: dict[str, GpuModel] = _names()
+
+
+def board(name: str, variant: str | None = None, power_limit_watts: float | None = None) -> GpuModel:
+    """The model called ``name`` as board ``variant`` (default: the one the name implies) with
+    its enforced power limit set to ``power_limit_watts`` (default: the board's default limit).
+    KeyError (one-line message) for an unknown name or variant."""
+    model = resolve_model(name)
+    if variant is not None and variant.casefold() != model.variant.casefold():
+        model = model.with_variant(variant)
+    if power_limit_watts is not None:
+        model = dataclasses.replace(model, power_limit_watts=float(power_limit_watts))
+    return model
 
 
 def resolve_model(name: str) -> GpuModel:
     """The model called ``name`` (key, NVML product name or alias; case-insensitive).
 
+    A board's own name ("NVIDIA A100-PCIE-40GB", "NVIDIA H100 PCIe") gives the model as that
+    board (``variant`` and the variant fields set); the key gives the default board.
     Raises KeyError whose first arg is a one-line message listing the known keys.
     """
     model = _BY_NAME.get(str(name).strip().casefold())

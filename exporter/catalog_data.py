@@ -132,7 +132,7 @@ MODEL_ROWS: dict[str, dict] = {
         memory_slices=4, compute_slices=4, max_mig_devices=4, profiles=A30_PROFILES,
     ),
     "A100-40GB": dict(
-        nvml_name="NVIDIA A100-SXM4-40GB", aliases=("NVIDIA A100-PCIE-40GB",),
+        nvml_name="NVIDIA A100-SXM4-40GB", aliases=(),
         architecture="ampere", compute_capability=(8, 0), pci_device_id=0x20B010DE,
         # total 40960 MiB (inferred, newer drivers); seed 001's older driver shows 40536 MiB on
         # the PCIe card. reserved inferred.
@@ -142,11 +142,11 @@ MODEL_ROWS: dict[str, dict] = {
         memory_slices=8, compute_slices=7, max_mig_devices=7, profiles=A100_40GB_PROFILES,
     ),
     "A100-80GB": dict(
-        nvml_name="NVIDIA A100-SXM4-80GB", aliases=("NVIDIA A100 80GB PCIe",),
+        nvml_name="NVIDIA A100-SXM4-80GB", aliases=(),
         architecture="ampere", compute_capability=(8, 0), pci_device_id=0x20B210DE,
         memory_total_mib=81920, memory_reserved_mib=573,  # reserved inferred
         sm_count=108, power_limit_watts=400.0, idle_power_watts=60.0,  # spec sheet (SXM4)
-        max_clocks_mhz=(1410, 1410, 1593, 1290),  # spec sheet; video inferred
+        max_clocks_mhz=(1410, 1410, 1593, 1290),  # nvidia-smi -q (NVIDIA/DCGM#152) [obs]
         memory_slices=8, compute_slices=7, max_mig_devices=7, profiles=A100_80GB_PROFILES,
     ),
     "H100-80GB": dict(
@@ -154,7 +154,7 @@ MODEL_ROWS: dict[str, dict] = {
         architecture="hopper", compute_capability=(9, 0), pci_device_id=0x233010DE,
         memory_total_mib=81559, memory_reserved_mib=328,  # total [obs]; reserved inferred
         sm_count=132, power_limit_watts=700.0, idle_power_watts=70.0,  # spec sheet (SXM5)
-        max_clocks_mhz=(1980, 1980, 2619, 1755),  # spec sheet boost 1980; mem/video inferred
+        max_clocks_mhz=(1980, 1980, 2619, 1545),  # nvidia-smi -q (NVIDIA/DCGM#120) [obs]
         memory_slices=8, compute_slices=7, max_mig_devices=7, profiles=H100_80GB_PROFILES,
     ),
     "H100-NVL": dict(
@@ -205,7 +205,7 @@ MODEL_ROWS: dict[str, dict] = {
         memory_slices=0, compute_slices=0, max_mig_devices=0, profiles=(),
     ),
     "V100": dict(
-        nvml_name="Tesla V100-SXM2-16GB", aliases=("V100-16GB", "Tesla V100-PCIE-16GB"),
+        nvml_name="Tesla V100-SXM2-16GB", aliases=("V100-16GB",),
         architecture="volta", compute_capability=(7, 0), pci_device_id=0x1DB110DE,
         memory_total_mib=16384, memory_reserved_mib=224,  # reserved inferred
         sm_count=80, power_limit_watts=300.0, idle_power_watts=40.0,  # spec sheet (SXM2)

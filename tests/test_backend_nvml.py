@@ -10,7 +10,7 @@ import pytest
 
 from backend_fakelib import GPU_IS_LOST, FakeGpu, FakeNvmlLib, FakeProc
 from exporter.backend.base import Backend
-from exporter.backend.nvml import NvmlBackend
+from exporter.backend.nvml import NvmlBackend, NvmlUnavailable
 from exporter.errors import NoGpuError, UserError
 
 GIB, MIB = 2**30, 2**20
@@ -268,13 +268,20 @@ def test_open_without_library_is_one_line_no_gpu_error(monkeypatch):
     assert "libnvidia-ml.so.1 not found" in str(info.value) and "\n" not in str(info.value)
 
 
-def test_open_driver_not_loaded(install):
-    """DriverNotLoaded from nvmlInit is reported as such."""
+def test_open_driver_not_loaded_is_retried_by_each_poll(install):
+    """DriverNotLoaded from nvmlInit does not end the exporter: each poll fails with that
+    reason (counted as an nvmlInit error) until the driver is loaded, then GPUs appear."""
     lib = FakeNvmlLib([FakeGpu()])
     lib.fail[("nvmlInitWithFlags", None)] = DRIVER_NOT_LOADED
     install(lib)
-    with pytest.raises(NoGpuError, match="kernel driver is not loaded"):
-        NvmlBackend(pynvml).open()
+    backend = NvmlBackend(pynvml)
+    backend.open()
+    with pytest.raises(NvmlUnavailable, match="kernel driver is not loaded"):
+        backend.poll()
+    del lib.fail[("nvmlInitWithFlags", None)]
+    snapshot = backend.poll()
+    assert [g.up for g in snapshot.gpus] == [True]
+    assert snapshot.call_errors[("nvmlInit", "DriverNotLoaded")] == 2
 
 
 def test_open_with_zero_gpus(install):
@@ -299,3 +306,18 @@ def test_poll_before_open_is_an_error():
     """Polling an unopened backend is a programming error, not a silent empty snapshot."""
     with pytest.raises(RuntimeError):
         NvmlBackend(pynvml).poll()
+
+
+def test_pci_gpu_count_reads_nvidia_display_and_3d_controllers(tmp_path):
+    """/sys/bus/pci/devices: NVIDIA (0x10de) VGA or 3D controllers count; audio functions,
+    other vendors and unreadable entries do not; no /sys at all is None (unknown)."""
+    from exporter.backend.nvml import pci_gpu_count
+
+    for name, vendor, pci_class in [("0000:18:00.0", "0x10de", "0x030200"), ("0000:3b:00.0", "0x10de", "0x030000"),
+                                    ("0000:3b:00.1", "0x10de", "0x040300"), ("0000:00:02.0", "0x8086", "0x030000")]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "vendor").write_text(vendor + "\n")
+        (tmp_path / name / "class").write_text(pci_class + "\n")
+    (tmp_path / "0000:00:1f.0").mkdir()  # no vendor file
+    assert pci_gpu_count(str(tmp_path)) == 2
+    assert pci_gpu_count(str(tmp_path / "missing")) is None

@@ -255,6 +255,12 @@ def test_gpu_instances_and_compute_instances_enumerate(nvml):
     ci_profile = pynvml.NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE
     pynvml.nvmlGpuInstanceGetComputeInstances(gi, ci_profile, cis, ctypes.byref(count))
     assert count.value == 1 and pynvml.nvmlComputeInstanceGetInfo(cis[0]).id == 0
+    # Compute-instance profiles inside the 3g GI (nvidia-smi mig -lcip): 1c.3g.40gb x3 .. 3g.40gb x1.
+    one = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, 0)
+    full = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, ci_profile, 0)
+    assert (one.name, one.instanceCount, full.name, full.instanceCount) == ("MIG 1c.3g.40gb", 3, "MIG 3g.40gb", 1)
+    assert pynvml.nvmlGpuInstanceGetComputeInstanceRemainingCapacity(gi, ci_profile) == 0  # taken by its CI
+    assert pynvml.nvmlComputeInstanceGetInfo(pynvml.nvmlGpuInstanceGetComputeInstanceById(gi, 0)).id == 0
 
 
 def test_gpm_not_supported_before_hopper_and_averages_on_hopper(nvml):

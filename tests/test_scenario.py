@@ -443,7 +443,7 @@ def test_expected_scenarios_are_shipped():
     """The documented example scenarios exist."""
     names = {p.stem for p in EXAMPLES.glob("*.yaml")}
     assert {"wan22-h100-mps-together", "wan22-h100-mps-staggered", "a100-40gb-two-3g",
-            "h100-mixed-node", "h200-mig", "faults-demo", "wan22-h100-mps-solo"} <= names
+            "h100-mixed-node", "h200-mig", "faults-demo", "wan22-h100-mps-solo", "node-faults"} <= names
 
 
 def _peak_gpu_memory(scenario, gpu=0):

@@ -19,12 +19,15 @@ Error policy of the choke point:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import Counter
+from typing import Callable
 
 from exporter.backend.nvml_device import GpuReader
 from exporter.backend.nvml_types import NA, SECTIONS, DeviceTag, GpuLostError, Missing, NvmlCallError
+from exporter.backend.nvml_worker import _GpuWorker
 from exporter.backend.procinfo import ProcFs
 from exporter.identity import Identifier
 from exporter.errors import NoGpuError
@@ -161,6 +164,11 @@ class NvmlCaller:
             log.warning("%s %s; metric omitted", fn_name, reason)
         return NA
 
+    def count_failure(self, fn_name: str, error: str) -> None:
+        """Count a failure of a call made outside ``call`` (nvmlInit, nvmlDeviceGetCount)."""
+        with self._lock:
+            self.errors[(fn_name, error)] += 1
+
     def _count_error(self, fn_name: str, error: str, exc: BaseException) -> None:
         with self._lock:
             self.errors[(fn_name, error)] += 1
@@ -180,54 +188,46 @@ def _init_failure_reason(error: str, exc: BaseException) -> str:
     return "nvml: " + reasons.get(error, f"initialisation failed: {error} ({exc})")
 
 
-class _GpuWorker:
-    """A long-lived daemon thread that reads one GPU whenever a poll asks it to.
+# nvmlInit failures that end `exporter serve` at startup: no driver library that can be
+# loaded at all (a host without the NVIDIA driver), or a driver that sees no GPU. Any other
+# (driver not loaded yet, library/driver version mismatch after an upgrade, no permission
+# to the device files yet, a lost GPU...) is logged and retried each poll.
+FATAL_AT_START = ("LibraryNotFound", "NoGpus")
+# Enumerate the GPUs again (nvmlShutdown + nvmlInit: NVML enumerates at init) when a GPU has
+# been down this many polls in a row (it may have been removed), backing off to at most once
+# per REDISCOVER_MAX_BACKOFF polls while it stays down; and, to find GPUs attached since,
+# when the count of NVIDIA GPUs on the PCI bus (/sys, checked every REDISCOVER_EVERY_POLLS
+# polls) differs from what it was at the last enumeration. A re-init is not free on a real
+# node (without persistence mode the driver may tear the GPUs down), so it is never periodic.
+REDISCOVER_DOWN_POLLS = 3
+REDISCOVER_MAX_BACKOFF = 64
+REDISCOVER_EVERY_POLLS = 300
+_NVIDIA_VENDOR = "0x10de"
+_GPU_CLASSES = ("0x0300", "0x0302")  # VGA and 3D controllers
 
-    One per GPU, started at open(): a poll only wakes it (no thread is created per poll),
-    and a GPU whose driver call hangs holds up its own worker and nothing else. Daemon, so a
-    read stuck in the driver never blocks the process from exiting.
-    """
 
-    def __init__(self, reader: GpuReader):
-        self.reader = reader
-        self.done = threading.Event()
-        self.done.set()  # idle
-        self.result: tuple[GpuInfo, set[str]] | None = None
-        self._wake = threading.Event()
-        self._stopping = False
-        self.thread = threading.Thread(target=self._loop, daemon=True, name=f"nvml-gpu{reader.index}")
-        self.thread.start()
+def pci_gpu_count(root: str = "/sys/bus/pci/devices") -> int | None:
+    """NVIDIA display/3D controllers on the PCI bus, or None when /sys cannot tell."""
+    try:
+        entries = os.listdir(root)
+    except OSError:
+        return None
+    count = 0
+    for entry in entries:
+        try:
+            with open(os.path.join(root, entry, "vendor")) as fh:
+                vendor = fh.read().strip()
+            with open(os.path.join(root, entry, "class")) as fh:
+                pci_class = fh.read().strip()
+        except OSError:
+            continue
+        count += vendor == _NVIDIA_VENDOR and pci_class.startswith(_GPU_CLASSES)
+    return count
 
-    @property
-    def busy(self) -> bool:
-        """True while a read is in flight (possibly one a previous poll gave up on)."""
-        return not self.done.is_set()
 
-    def start_read(self) -> None:
-        """Ask for one read; the caller checks ``busy`` first."""
-        self.result = None
-        self.done.clear()
-        self._wake.set()
-
-    def stop(self) -> None:
-        """Let the thread end after its current read, if any (it is never joined)."""
-        self._stopping = True
-        self._wake.set()
-
-    def _loop(self) -> None:
-        while True:
-            self._wake.wait()
-            self._wake.clear()
-            if self._stopping:
-                return
-            try:
-                self.result = self.reader.read()
-            except Exception as exc:  # noqa: BLE001 - a reader bug must not end the worker
-                log.error("GPU %d: read failed: %s: %s", self.reader.index, type(exc).__name__, exc)
-                log.debug("GPU read traceback", exc_info=exc)
-                self.result = None
-            finally:
-                self.done.set()
+class NvmlUnavailable(NoGpuError):
+    """NVML could not be initialised for this poll (the poll fails; retried next poll). A
+    NoGpuError, so a one-shot command (snapshot) reports it in one line."""
 
 
 class NvmlBackend:
@@ -240,14 +240,23 @@ class NvmlBackend:
     takes longer than ``gpu_timeout`` seconds is reported ``up=False, error="timeout"`` and
     skipped while that read is still running, so reads never pile up; only the poll during
     which it hung waits for it.
+
+    The NVML session survives what real nodes do (docs/scenarios.md, fault model): an
+    nvmlInit that fails (driver not loaded yet, library/driver mismatch) is retried each poll
+    (those polls fail, ``nvmlInit`` errors are counted) instead of ending the exporter; a GPU
+    that stays down, or a change in the number of GPUs on the PCI bus, makes the backend
+    enumerate again, so removed GPUs disappear from the snapshot and attached ones appear.
     """
 
     name = "nvml"
 
     def __init__(self, pynvml_module=None, procfs_root: str = "/proc", gpu_timeout: float = 5.0,
-                 identifier: Identifier | None = None):
-        """``identifier`` names each process's workload and pod (default: built-in rules only)."""
+                 identifier: Identifier | None = None, gpus_on_bus: Callable[[], int | None] = pci_gpu_count):
+        """``identifier`` names each process's workload and pod (default: built-in rules only);
+        ``gpus_on_bus`` counts the GPUs present, without NVML (None: unknown)."""
         self._nv = pynvml_module
+        self._gpus_on_bus = gpus_on_bus
+        self._bus_count: int | None = None  # gpus_on_bus() at the last enumeration
         self.procfs = ProcFs(procfs_root)
         self.identifier = identifier or Identifier()
         self.gpu_timeout = gpu_timeout
@@ -256,39 +265,109 @@ class NvmlBackend:
         self.readers: list[GpuReader] = []
         self._workers: list[_GpuWorker] = []
         self._open = False
+        self._initialized = False  # an NVML session with its readers is up
+        self._polls = 0
+        self._discovered_at = 0  # poll number of the last enumeration
+        self._down: dict[int, int] = {}  # GPU index -> polls down in a row
+        self._backoff = REDISCOVER_DOWN_POLLS
+        self.discoveries = 0  # enumerations after the first (tests, benchmarks)
 
     def open(self) -> None:
-        """nvmlInit and discover GPUs; NoGpuError (one line) when there is no driver or GPU."""
+        """nvmlInit and discover GPUs. NoGpuError (one line) when there is no driver library,
+        no permission or no GPU; other init failures are retried by every poll."""
         if self._nv is None:
             import pynvml  # the single pynvml import of the exporter
 
             self._nv = pynvml
+        self.caller = NvmlCaller(self._nv)
+        failure = self._start()
+        if failure is not None:
+            error, reason = failure
+            # LibraryNotFound from a library that did load (a simulated one) is transient.
+            no_library = error == "LibraryNotFound" and getattr(self._nv, "nvmlLib", None) is None
+            if error in FATAL_AT_START and (error != "LibraryNotFound" or no_library):
+                raise NoGpuError(reason)
+            log.warning("%s; retrying every poll", reason)
+        self._open = True
+
+    def _start(self) -> tuple[str, str] | None:
+        """Initialise NVML and build one reader per GPU; (error, one-line reason) on failure."""
         nv = self._nv
-        self.caller = NvmlCaller(nv)
         try:
             nv.nvmlInit()
         except (nv.NVMLError, nv.NVMLLibraryMismatchError) as exc:
             error = _short_name(nv, exc)
-            raise NoGpuError(_init_failure_reason(error, exc)) from None
+            self.caller.count_failure("nvmlInit", error)
+            return error, _init_failure_reason(error, exc)
         try:
             count = nv.nvmlDeviceGetCount()
         except nv.NVMLError as exc:
             self._shutdown()
-            raise NoGpuError(_init_failure_reason(_short_name(nv, exc), exc)) from None
+            error = _short_name(nv, exc)
+            self.caller.count_failure("nvmlDeviceGetCount", error)
+            return error, _init_failure_reason(error, exc)
         if count == 0:
             self._shutdown()
-            raise NoGpuError(_init_failure_reason("NoGpus", None))
+            return "NoGpus", _init_failure_reason("NoGpus", None)
         version = self.caller.call("nvmlSystemGetDriverVersion")
         self.driver_version = version if isinstance(version, str) else ""
+        old = {r.uuid: r for r in self.readers if r.uuid}
+        # Same count: the enumeration order is the same, so a GPU that cannot say its UUID now
+        # (lost) keeps the identity its index had; otherwise only the UUID identifies a GPU.
+        same_order = self.readers if len(self.readers) == count else None
         self.readers = [GpuReader(self.caller, i, self.procfs, self.identifier) for i in range(count)]
+        for reader in self.readers:
+            reader.adopt(old, same_order[reader.index] if same_order else None)
         self._workers = [_GpuWorker(reader) for reader in self.readers]
-        self._open = True
+        self._initialized = True
+        self._discovered_at = self._polls
+        self._down = {}
+        self._bus_count = self._gpus_on_bus()
+        return None
+
+    def _stop_session(self) -> None:
+        for worker in self._workers:
+            worker.stop()
+            worker.reader.close()
+        self._workers = []
+        self._initialized = False
+        self._shutdown()
+
+    def _rediscover_due(self) -> bool:
+        if any(w.busy for w in self._workers):
+            return False  # a read hangs in the driver: never shut NVML down under it
+        since = self._polls - self._discovered_at
+        if since and since % REDISCOVER_EVERY_POLLS == 0:
+            on_bus = self._gpus_on_bus()
+            if on_bus is not None and on_bus != self._bus_count:
+                return True
+        return bool(self._down) and max(self._down.values()) >= REDISCOVER_DOWN_POLLS and since >= self._backoff
+
+    def _rediscover(self) -> None:
+        """Enumerate again: close the session and start a new one (at the end of a poll, so
+        every reader has drained its XID events first). A failure leaves NVML down: the next
+        poll retries and fails until it can start."""
+        still_down = bool(self._down)
+        log.info("nvml: enumerating GPUs again (%s)", "a GPU stays unreadable" if still_down
+                 else "the number of GPUs on the bus changed")
+        self._stop_session()
+        self.discoveries += 1
+        self._backoff = min(REDISCOVER_MAX_BACKOFF, self._backoff * 2) if still_down else REDISCOVER_DOWN_POLLS
+        failure = self._start()
+        if failure is not None:
+            log.warning("%s; retrying every poll", failure[1])
 
     def poll(self) -> Snapshot:
-        """Read every GPU once. GPU-level failures are reported in the Snapshot, not raised."""
+        """Read every GPU once. GPU-level failures are reported in the Snapshot, not raised;
+        NvmlUnavailable when NVML itself cannot be initialised."""
         if not self._open:
             raise RuntimeError("NvmlBackend.poll() called before open()")
         started = time.monotonic()
+        self._polls += 1
+        if not self._initialized:
+            failure = self._start()
+            if failure is not None:
+                raise NvmlUnavailable(failure[1])
         self.caller.begin_poll()
         gpus: list[GpuInfo] = []
         failed: set[str] = set()
@@ -304,7 +383,13 @@ class NvmlBackend:
             info, sections = result or (worker.reader.down("timeout"), set(SECTIONS))
             gpus.append(info)
             failed |= sections
-        return Snapshot(
+            if info.up or info.error == "timeout":  # slow is not gone: no re-enumeration for it
+                self._down.pop(info.index, None)
+            else:
+                self._down[info.index] = self._down.get(info.index, 0) + 1
+        if not self._down:
+            self._backoff = REDISCOVER_DOWN_POLLS
+        snapshot = Snapshot(
             timestamp=time.time(),
             backend=self.name,
             driver_version=self.driver_version,
@@ -313,6 +398,9 @@ class NvmlBackend:
             call_errors=self.caller.errors_snapshot(),
             section_ok={s: s not in failed for s in SECTIONS},
         )
+        if self._rediscover_due():
+            self._rediscover()
+        return snapshot
 
     @property
     def calls_last_poll(self) -> int:
@@ -329,7 +417,9 @@ class NvmlBackend:
             if not worker.busy:  # a hung read still owns its resources
                 worker.reader.close()
         self._workers = []
-        self._shutdown()
+        if self._initialized:
+            self._initialized = False
+            self._shutdown()
 
     def _shutdown(self) -> None:
         try:
@@ -338,4 +428,5 @@ class NvmlBackend:
             log.debug("nvmlShutdown failed: %s", exc)
 
 
-__all__ = ["NA", "Missing", "NvmlCallError", "GpuLostError", "DeviceTag", "NvmlCaller", "NvmlBackend"]
+__all__ = ["NA", "Missing", "NvmlCallError", "GpuLostError", "DeviceTag", "NvmlCaller", "NvmlBackend",
+           "NvmlUnavailable", "_GpuWorker"]

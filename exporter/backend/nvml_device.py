@@ -95,6 +95,22 @@ class GpuReader:
         return GpuInfo(index=self.index, uuid=self.uuid, name=self.name, pci_bus_id=self.pci_bus_id,
                        up=False, error=error, xid_errors=self.xid.counts)
 
+    def adopt(self, previous: dict[str, "GpuReader"], same_index: "GpuReader | None" = None) -> None:
+        """Carry identity and XID counts from the reader that read this GPU before NVML
+        enumerated again: matched by UUID (the identity that survives a renumbering), or,
+        when this GPU cannot answer (lost) and the enumeration order did not change, by
+        index (``same_index``), so a lost GPU keeps its labels."""
+        before = None
+        try:
+            handle = self.caller.call("nvmlDeviceGetHandleByIndex", self.index)
+            uuid = self.caller.call("nvmlDeviceGetUUID", handle) if ok(handle) else None
+            before = previous.get(uuid) if isinstance(uuid, str) else None
+        except NvmlCallError:  # counted; the first read will find out again
+            before = same_index
+        if before is not None:
+            self.xid.counts = before.xid.counts
+            self.name, self.uuid, self.pci_bus_id = before.name, before.uuid, before.pci_bus_id
+
     def close(self) -> None:
         """Release GPM samples and the XID event set."""
         self.gpm.close()

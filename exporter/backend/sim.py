@@ -51,11 +51,20 @@ class SimBackend:
         self.nvml: NvmlBackend | None = None
 
     def open(self) -> None:
-        """Build and install the simulation, then open NVML on it."""
-        self.sim = Simulation(self.scenario, procfs_dir=self._procfs_dir)
+        """Build and install the simulation, then open NVML on it.
+
+        The simulated host's clock reads the real time at the first virtual time polled
+        (``step_to`` before ``open``, as ``snapshot --at`` does), so process start times and
+        NVML sample timestamps are never in the real future.
+        """
+        start = self._manual if self._manual is not None else 0.0
+        self.sim = Simulation(self.scenario, procfs_dir=self._procfs_dir, start_at=start)
+        self.sim.advance_to(start)  # NVML starts at that instant (an init failure then counts)
         self.sim.install()
-        self.nvml = NvmlBackend(procfs_root=self.sim.procfs_root, gpu_timeout=self._gpu_timeout,
-                                identifier=self._identifier)
+        sim = self.sim
+        self.nvml = NvmlBackend(procfs_root=sim.procfs_root, gpu_timeout=self._gpu_timeout,
+                                identifier=self._identifier,
+                                gpus_on_bus=lambda: len(sim.engine.lifecycle.present_gpus(sim.time)))
         try:
             self.nvml.open()
         except BaseException:

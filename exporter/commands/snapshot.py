@@ -37,14 +37,16 @@ def run(args: argparse.Namespace) -> int:
     if args.at is not None and settings.simulate is None:
         raise UserError("--at: only meaningful together with --simulate FILE")
     backend = commands.make_backend(settings)
+    if args.at is not None:
+        # Activity (GPM) is averaged between two samples: take the first one second earlier.
+        # Set before open: the simulated host's clock reads the real time at that instant.
+        backend.step_to(max(0.0, args.at - 1.0))
     try:
         backend.open()
     except NoGpuError as exc:
         raise UserError(commands.no_gpu_message(exc, "snapshot")) from None
     try:
         if args.at is not None:
-            # Activity (GPM) is averaged between two samples: take the first one second earlier.
-            backend.step_to(max(0.0, args.at - 1.0))
             backend.poll()
             backend.step_to(args.at)
         snapshot = backend.poll()

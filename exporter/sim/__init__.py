@@ -10,8 +10,10 @@ Usage::
     sim.close()              # uninstalls and removes the fake /proc
 
 The engine (exporter.sim.engine) decides what happens; exporter.sim.telemetry derives the
-readings; exporter.sim.fakelib answers NVML's C API; exporter.sim.procfs mirrors the live
-processes into a fake /proc directory (``procfs_root``).
+readings; exporter.sim.fakelib answers NVML's C API (exporter.sim.faults decides which calls
+fail); exporter.sim.procfs mirrors the live processes into a fake /proc directory
+(``procfs_root``). What behaves like hardware and what is simplified: docs/scenarios.md,
+"Fidelity contract".
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from exporter.errors import UserError
 from exporter.sim.engine import Engine
 from exporter.sim.fakelib import FakeNvmlLib, call_matches, error_code
 from exporter.sim.model import Scenario
-from exporter.sim.procfs import FakeProcfs, ProcEntry
+from exporter.sim.procfs import DEFAULT_HOST_MEMORY, FakeProcfs, ProcEntry
 from exporter.sim.state import OomEvent
 from exporter.snapshot import SimulationInfo
 
@@ -36,7 +38,9 @@ __all__ = ["Simulation", "OomEvent", "FakeNvmlLib", "call_matches"]
 class Simulation:
     """One running scenario. Thread-safe: NVML calls and ``advance_to`` share a lock."""
 
-    def __init__(self, scenario: Scenario, procfs_dir: str | None = None):
+    def __init__(self, scenario: Scenario, procfs_dir: str | None = None, start_at: float = 0.0):
+        """``start_at``: the virtual time the caller will start at (``--at``); the simulated
+        host's clock is set so that this instant reads the real time now."""
         self.scenario = scenario
         self.engine = Engine(scenario)
         where = scenario.source or scenario.name
@@ -47,11 +51,14 @@ class Simulation:
                 raise UserError(f"{where}: events[fault at {fault.start:g}s].error: {exc}") from None
         self._lock = threading.RLock()
         self.call_counts: Counter = Counter()  # C symbol -> calls, for NVML-calls-per-poll
-        # Per-process utilization samples are stamped wall_base_us + virtual time (µs), so
-        # an exporter passing "now - 1 s" (nvitop's habit) or 0 still sees them.
-        self.wall_base_us = int(time.time() * 1_000_000)
-        # Virtual time 0 is the (whole-second) wall time the simulation was built at.
-        self.boot_time = float(int(self.wall_base_us // 1_000_000))
+        # The recorder: symbols clients looked up that this driver lacks (FunctionNotFound),
+        # and exported symbols answered generically (exporter.sim.fakelib_fallback).
+        self.missing_symbols: Counter = Counter()
+        self.fallback_symbols: Counter = Counter()
+        self.invalid_calls: Counter = Counter()  # calls with arguments NVML would refuse
+        # The simulated host's clock: virtual time t is Unix time boot_time + t. boot_time is
+        # a whole second (it is /proc/stat's btime) chosen so that ``start_at`` is now.
+        self.boot_time = float(int(time.time() - start_at))
         self._procfs = FakeProcfs(procfs_dir, boot_time=self.boot_time)
         self.procfs_root: str = self._procfs.root
         self._saved_lib = None
@@ -64,6 +71,10 @@ class Simulation:
     def time(self) -> float:
         """Current virtual time in seconds."""
         return self.engine.now
+
+    def clock_us(self) -> int:
+        """The simulated host's Unix time in microseconds (NVML timestamps, /proc times)."""
+        return int(round((self.boot_time + self.engine.now) * 1_000_000))
 
     def advance_to(self, t: float) -> None:
         """Move to virtual time t (ValueError if t < time), applying kills and events."""
@@ -113,9 +124,14 @@ class Simulation:
             self._installed = self._saved_lib = None
             pynvml._nvmlGetFunctionPointer_cache.clear()
 
-    def close(self) -> None:
-        """Uninstall and remove the fake /proc (only what this simulation created)."""
-        self.uninstall()
+    def close(self, keep_library: bool = False) -> None:
+        """Uninstall and remove the fake /proc (only what this simulation created).
+
+        ``keep_library``: leave the fake installed, for a process about to exit whose
+        clients may still call NVML from destructors at interpreter exit (as a real
+        library stays loaded until the end)."""
+        if not keep_library:
+            self.uninstall()
         self._procfs.close()
 
     def __enter__(self) -> Simulation:
@@ -126,11 +142,18 @@ class Simulation:
 
     # --- fake /proc --------------------------------------------------------------------
 
+    def mirror_host(self) -> None:
+        """Make ``procfs_root`` usable as psutil.PROCFS_PATH for a whole client: host-wide
+        files and this process (with its ancestors) are linked to the real /proc."""
+        with self._lock:
+            self._procfs.mirror_host()
+
     def _sync_procfs(self) -> None:
         now = self.engine.now
         hidden = [f for f in self.engine.faults if f.hides_procfs(now)]
         self._procfs.sync([
-            ProcEntry(p.pid, p.name, p.cmdline, dict(p.env), p.start)
+            ProcEntry(p.pid, p.name, p.cmdline, dict(p.env), p.start, p.uid,
+                      p.host_memory if p.host_memory is not None else DEFAULT_HOST_MEMORY)
             for p in self.engine.alive(now)
             if not any(f.gpu is None or f.gpu == p.gpu for f in hidden)
         ])

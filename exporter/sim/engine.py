@@ -29,13 +29,13 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 
-from exporter.catalog import MIB, GpuModel, resolve_model
+from exporter.catalog import MIB, GpuModel
 from exporter.errors import UserError
 from exporter.sim.mig_layout import Epoch, LayoutBuilder, epoch_at
-from exporter.sim.model import Scenario
+from exporter.sim.model import Scenario, gpu_model
 from exporter.sim.piecewise import left_value, slope_after, timeline_value
 from exporter.sim.setup import build_processes, resolve_events
-from exporter.sim.state import INF, Device, DeviceKey, OomEvent, Proc
+from exporter.sim.state import INF, Device, DeviceKey, Lifecycle, OomEvent, Proc
 from exporter.sim.telemetry import Telemetry
 
 
@@ -49,15 +49,17 @@ class Engine:
         self.models: dict[int, GpuModel] = {}
         for g in scenario.gpus:
             try:
-                self.models[g.index] = resolve_model(g.model)
+                self.models[g.index] = gpu_model(g)
             except KeyError as exc:
                 raise UserError(f"{where}: gpus[{g.index}].model: {exc.args[0]}") from None
         builder = LayoutBuilder(where)
         by_time = sorted(scenario.events, key=lambda e: e.at)
         self.epochs: dict[int, list[Epoch]] = {
-            i: builder.epochs(g, self.models[i],
-                              [e for e in by_time if e.kind == "mig_reconfigure" and e.gpu == i])
+            i: builder.epochs(g, self.models[i], [
+                e for e in by_time if e.gpu == i and (
+                    e.kind == "mig_reconfigure" or (e.kind == "gpu_reset" and e.mig is not None))])
             for i, g in self.gpus.items()}
+        self.lifecycle = Lifecycle(scenario, by_time)
         self.devices: dict[DeviceKey, Device] = {}
         for i, epochs in self.epochs.items():
             for ep in epochs:
@@ -75,7 +77,7 @@ class Engine:
         for p in self._by_pid:
             self._by_gpu.setdefault(p.gpu, []).append(p)
             self._by_device.setdefault(p.device, []).append(p)
-        self.restarts, self.xids, self.faults = resolve_events(self, by_time, where)
+        self.mps_events, self.xids, self.faults = resolve_events(self, by_time, where)
         self._breaks = sorted({t for t in self._all_instants() if t != INF and t != -INF})
         self.now = 0.0
         self._settled_at: float | None = None
@@ -87,6 +89,11 @@ class Engine:
         self.advance_to(0.0)
 
     # --- queries -----------------------------------------------------------------------
+
+    @property
+    def restarts(self) -> list[tuple[float, DeviceKey]]:
+        """(time, device) of every MPS server restart (mps_events holds deaths too)."""
+        return [(at, key) for at, key, kind in self.mps_events if kind == "mps_restart"]
 
     def epoch(self, gpu: int, t: float | None = None) -> Epoch:
         return epoch_at(self.epochs[gpu], self.now if t is None else t)
@@ -128,12 +135,17 @@ class Engine:
                 self._settled_at = None  # look again: another device may be full too
 
     def _settle(self, now: float) -> None:
-        """Apply everything that happens exactly at ``now``: restarts, limits, full devices."""
-        for at, key in self.restarts:
+        """Apply everything that happens exactly at ``now``: resets, MPS restarts and deaths,
+        limits, full devices."""
+        for gpu in self.lifecycle.resets_at(now):
+            self.energy_j[gpu] = 0.0  # the energy counter counts from the (re)load of the GPU
+        for at, key, kind in self.mps_events:
             if at == now:
                 for p in self.alive(now, device=key):
                     if p.mps_client and p.start < now:
-                        self._kill(p, now, "mps_restart", int(p.memory_at(now)), 0)
+                        self._kill(p, now, kind, int(p.memory_at(now)), 0)
+        for p in self.refused.get(now, ()):
+            self.mps_fault_events.append(OomEvent(now, p.gpu, p.gi, p.pid, p.name, 0, 0, "mps_unavailable"))
         for p in self.alive(now):
             if p.pinned_limit is not None and p.memory_at(now) > p.pinned_limit:
                 self._kill(p, now, "mps_pinned_limit", int(p.memory_at(now)), p.pinned_limit)
@@ -190,7 +202,7 @@ class Engine:
     def _kill(self, p: Proc, t: float, reason: str, demand: int, capacity: int) -> None:
         p.killed_at = t
         event = OomEvent(t, p.gpu, p.gi, p.pid, p.name, demand, capacity, reason)
-        if reason == "mps_restart":
+        if reason in ("mps_restart", "mps_server_death"):
             self.mps_fault_events.append(event)
             return
         self.oom_events.append(event)

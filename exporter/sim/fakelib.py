@@ -5,36 +5,51 @@
 parameters, ``create_string_buffer`` buffers, opaque handle pointers), then checks the
 returned ``nvmlReturn_t``. ``FakeNvmlLib`` answers those lookups, so the real pynvml code
 runs unchanged on top: its str/bytes conversions, exception classes and
-``NVMLLibraryMismatchError`` all behave as on a real driver. A symbol the fake does not
-define (or that is hidden to mimic an old driver) raises AttributeError, which pynvml turns
-into NVMLError_FunctionNotFound exactly as for a real library.
+``NVMLLibraryMismatchError`` all behave as on a real driver.
+
+Which symbols exist. The library exports what the simulated driver branch exports
+(exporter.sim.nvml_symbols, from the scenario's ``driver_version``): a symbol of a newer
+branch, an unknown name, or one hidden to mimic an older driver raises AttributeError,
+which pynvml turns into NVMLError_FunctionNotFound exactly as for a real library. Of the
+symbols the branch exports, the fakelib_* mixins implement those a monitoring client
+reads; every other one is answered by exporter.sim.fakelib_fallback (NotSupported for a
+reading this board does not give, NoPermission for a change: the fake is read-only).
+
+The recorder: every symbol looked up and refused lands in ``Simulation.missing_symbols``,
+every one answered by the fallback in ``Simulation.fallback_symbols``, and every call whose
+arguments the fake could not use (a NULL pointer where NVML wants a buffer: answered
+INVALID_ARGUMENT) in ``Simulation.invalid_calls`` (C symbol -> calls).
 
 Every call is counted in ``Simulation.call_counts`` under its C symbol, then checked against
 the scenario's faults (which may sleep for real, to simulate a hanging call) before the
-implementation in the fakelib_* mixins runs.
+implementation runs. Fault matching: exporter.sim.faults.
 """
 
 from __future__ import annotations
 
-import re
+import ctypes
 import time
 from typing import TYPE_CHECKING
 
 import pynvml
 
-from exporter.sim.fakelib_base import ImplBase, gpu_of_call
+from exporter.sim.fakelib_base import ImplBase
+from exporter.sim.fakelib_board import BoardCalls
+from exporter.sim.fakelib_ci import ComputeInstanceCalls
 from exporter.sim.fakelib_device import DeviceCalls
 from exporter.sim.fakelib_events_gpm import EventGpmCalls
+from exporter.sim.fakelib_fallback import fallback_for
+from exporter.sim.fakelib_fields import FieldCalls
+from exporter.sim.fakelib_health import HealthCalls
+from exporter.sim.fakelib_identity import IdentityCalls
 from exporter.sim.fakelib_mig import MigCalls
 from exporter.sim.fakelib_procs import ProcessCalls
 from exporter.sim.fakelib_sensors import SensorCalls
+from exporter.sim.faults import FaultMatcher, call_matches  # noqa: F401 - re-exported
+from exporter.sim.nvml_symbols import exported
 
 if TYPE_CHECKING:
     from exporter.sim import Simulation
-    from exporter.sim.state import FaultWindow
-
-# Calls that never fail through a fault: pynvml needs them to start, stop and print errors.
-_FAULT_EXEMPT = {"nvmlInit_v2", "nvmlInitWithFlags", "nvmlShutdown", "nvmlErrorString"}
 
 
 def error_code(name: str) -> int:
@@ -51,16 +66,9 @@ def error_code(name: str) -> int:
                      f"'GpuIsLost', 'NotFound', 'Timeout')")
 
 
-def call_matches(call: str, symbol: str) -> bool:
-    """True when a fault's ``call`` names C symbol ``symbol``: exactly, or as its
-    unversioned/pynvml name (``nvmlDeviceGetMemoryInfo`` matches ``..._v2``, ``...V``)."""
-    if call in ("*", symbol):
-        return True
-    return symbol.startswith(call) and re.fullmatch(r"V|_v\d+", symbol[len(call):]) is not None
-
-
-class NvmlImpl(DeviceCalls, SensorCalls, MigCalls, ProcessCalls, EventGpmCalls, ImplBase):
-    """Every C symbol the fake defines, as a method with the C argument list."""
+class NvmlImpl(FieldCalls, BoardCalls, IdentityCalls, HealthCalls, DeviceCalls, SensorCalls, MigCalls,
+               ComputeInstanceCalls, ProcessCalls, EventGpmCalls, ImplBase):
+    """Every C symbol the fake implements, as a method with the C argument list."""
 
 
 class _Symbol:
@@ -71,10 +79,10 @@ class _Symbol:
     already returns what the C function would.
     """
 
-    def __init__(self, lib: FakeNvmlLib, name: str):
+    def __init__(self, lib: FakeNvmlLib, name: str, method):
         self.__name__ = name
         self._lib = lib
-        self._method = getattr(lib._impl, name)
+        self._method = method
         self.restype = None
         self.argtypes = None
 
@@ -83,7 +91,7 @@ class _Symbol:
         name = self.__name__
         with sim._lock:
             sim.call_counts[name] += 1
-            fault = self._lib._fault_for(name, args)
+            fault = self._lib._faults.fault_for(name, args, self._lib._impl)
         if fault is not None:
             if fault.delay_seconds > 0:
                 time.sleep(fault.delay_seconds)
@@ -91,7 +99,13 @@ class _Symbol:
             if code != pynvml.NVML_SUCCESS:
                 return code
         with sim._lock:
-            return self._method(*args)
+            try:
+                return self._method(*args)
+            except (AttributeError, TypeError, ValueError, IndexError, ctypes.ArgumentError):
+                # Arguments a C library could not use (a NULL or wrongly typed pointer, a
+                # short array): INVALID_ARGUMENT, as NVML checks its pointers; recorded.
+                sim.invalid_calls[name] += 1
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
 
 
 class FakeNvmlLib:
@@ -105,28 +119,28 @@ class FakeNvmlLib:
         self._impl = NvmlImpl(sim)
         self._hidden = frozenset(hidden_symbols)
         self._symbols: dict[str, _Symbol] = {}
+        self._faults = FaultMatcher(sim)
+        self._branch = _branch(sim.scenario.driver_version)
 
     def __getattr__(self, name: str) -> _Symbol:
-        if (not name.startswith("nvml") or name in self._hidden
-                or not callable(getattr(NvmlImpl, name, None))):
-            raise AttributeError(f"fake libnvidia-ml has no symbol {name!r}")
+        if not name.startswith("nvml"):
+            raise AttributeError(name)
         symbol = self._symbols.get(name)
-        if symbol is None:
-            symbol = self._symbols[name] = _Symbol(self, name)
+        if symbol is not None:
+            return symbol
+        method = None
+        if name not in self._hidden and exported(name, self._branch):
+            method = getattr(self._impl, name, None)
+            if not callable(method):
+                method = fallback_for(self._impl, name)
+        if method is None:
+            with self._sim._lock:
+                self._sim.missing_symbols[name] += 1
+            raise AttributeError(f"fake libnvidia-ml ({self._sim.scenario.driver_version}) has no symbol {name!r}")
+        symbol = self._symbols[name] = _Symbol(self, name, method)
         return symbol
 
-    def _fault_for(self, name: str, args: tuple) -> FaultWindow | None:
-        if name in _FAULT_EXEMPT:
-            return None
-        engine = self._sim.engine
-        gpu = gpu_of_call(name, args)
-        if name == "nvmlSystemGetProcessName" and args:  # the GPU of that pid, if it runs
-            pid = int(getattr(args[0], "value", args[0]))
-            gpu = next((p.gpu for p in engine.alive() if p.pid == pid), None)
-        for fault in engine.faults:
-            if not fault.active(engine.now) or not call_matches(fault.call, name):
-                continue
-            # A handle-less call (no GPU to compare) only fails when the fault names it.
-            if fault.gpu is None or fault.gpu == gpu or (gpu is None and fault.call != "*"):
-                return fault
-        return None
+
+def _branch(driver_version: str) -> int:
+    """580 for "580.95.05"."""
+    return int(driver_version.split(".")[0])

@@ -31,6 +31,9 @@ NOT_FOUND = pynvml.NVML_ERROR_NOT_FOUND
 INSUFFICIENT_SIZE = pynvml.NVML_ERROR_INSUFFICIENT_SIZE
 TIMEOUT = pynvml.NVML_ERROR_TIMEOUT
 VERSION_MISMATCH = pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+NO_PERMISSION = pynvml.NVML_ERROR_NO_PERMISSION
+GPU_IS_LOST = pynvml.NVML_ERROR_GPU_IS_LOST
+NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # NVML_VALUE_NOT_AVAILABLE (unsigned long long)
 NO_ID = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId when MIG is off
 
 _MAGIC = 0x7E
@@ -57,12 +60,10 @@ def decode(arg) -> tuple[int, int, int] | None:
     return (value >> 40) & 0xFF, (value >> 24) & 0xFFFF, value & 0xFFFFFF
 
 
-def gpu_of_call(name: str, args: tuple) -> int | None:
-    """The GPU a call is about (first handle argument), for fault matching."""
-    if name == "nvmlDeviceGetHandleByIndex_v2" and args:
-        return int(getattr(args[0], "value", args[0]))
+def handle_of_call(args: tuple) -> tuple[int, int, int] | None:
+    """(kind, gpu, serial) of a call's first argument when it is a device/MIG/GI/CI handle."""
     handle = decode(args[0]) if args else None
-    return None if handle is None or handle[0] in (KIND_EVENT_SET, KIND_GPM_SAMPLE) else handle[1]
+    return None if handle is None or handle[0] in (KIND_EVENT_SET, KIND_GPM_SAMPLE) else handle
 
 
 def value(arg) -> int:
@@ -126,13 +127,21 @@ class Dev:
 
 
 class ImplBase:
-    """State every call family needs: the simulation, init refcount, handle resolution."""
+    """State every call family needs: the simulation, init refcount, handle resolution.
+
+    Like the real library, NVML enumerates GPUs when it is initialised (refcount 0 -> 1):
+    ``_visible`` is the GPUs on the bus then, in index order (NVML index = position), and
+    the driver version is the one loaded then. A GPU removed later answers GPU_IS_LOST; one
+    attached later is seen only after nvmlShutdown and a new nvmlInit.
+    """
 
     def __init__(self, sim: Simulation):
         self.sim = sim
         self.engine = sim.engine
         self.telemetry = sim.engine.telemetry
         self._init_count = 0
+        self._visible: list[int] = []
+        self._driver_version = sim.scenario.driver_version
         self._ids = itertools.count(1)  # event-set and GPM-sample handles
         self._event_sets: dict[int, dict] = {}  # id -> {"gpus": {gpu: (mask, since)}, "delivered"}
         self._gpm_samples: dict[int, tuple | None] = {}  # id -> (gpu, device key, time)
@@ -148,13 +157,16 @@ class ImplBase:
         return Dev(gpu, self.engine.gpus[gpu], self.engine.models[gpu], self.engine.epoch(gpu), inst)
 
     def _dev(self, arg) -> Dev | int:
-        """Device handle -> Dev, or an error code (uninitialized, not a handle, stale MIG)."""
+        """Device handle -> Dev, or an error code (uninitialized, not a handle, stale MIG,
+        GPU removed from the bus: GPU_IS_LOST)."""
         if self._uninitialized():
             return UNINITIALIZED
         handle = decode(arg)
-        if handle is None or handle[0] not in (KIND_GPU, KIND_MIG) or handle[1] not in self.engine.gpus:
+        if handle is None or handle[0] not in (KIND_GPU, KIND_MIG) or handle[1] not in self._visible:
             return INVALID_ARGUMENT
         kind, gpu, serial = handle
+        if not self.engine.lifecycle.present(gpu, self.now):
+            return GPU_IS_LOST
         if kind == KIND_GPU:
             return self._gpu_dev(gpu)
         inst = self._live_instance(gpu, serial)
@@ -171,15 +183,32 @@ class ImplBase:
     def _live_instance(self, gpu: int, serial: int) -> MigInstance | None:
         return next((i for i in self.engine.epoch(gpu).instances if i.serial == serial), None)
 
+    def _gi(self, handle):
+        """(Dev of the instance) for a GPU-instance or compute-instance handle, or an error."""
+        if self._uninitialized():
+            return UNINITIALIZED
+        h = decode(handle)
+        if h is None or h[0] not in (KIND_GI, KIND_CI) or h[1] not in self._visible:
+            return INVALID_ARGUMENT
+        if not self.engine.lifecycle.present(h[1], self.now):
+            return GPU_IS_LOST
+        inst = self._live_instance(h[1], h[2])
+        return INVALID_ARGUMENT if inst is None else self._gpu_dev(h[1], inst)
+
     # --- library lifetime and system queries ---------------------------------------------
 
-    def nvmlInitWithFlags(self, flags):
+    def _init(self) -> int:
+        if self._init_count == 0:  # enumerate now, as the real library does
+            self._visible = self.engine.lifecycle.present_gpus(self.now)
+            self._driver_version = self.engine.lifecycle.driver_version(self.now)
         self._init_count += 1
         return SUCCESS
 
+    def nvmlInitWithFlags(self, flags):
+        return self._init()
+
     def nvmlInit_v2(self):
-        self._init_count += 1
-        return SUCCESS
+        return self._init()
 
     def nvmlShutdown(self):
         if self._init_count == 0:
@@ -199,13 +228,13 @@ class ImplBase:
     def nvmlSystemGetDriverVersion(self, buffer, length):
         if self._uninitialized():
             return UNINITIALIZED
-        return write_string(buffer, length, self.engine.scenario.driver_version)
+        return write_string(buffer, length, self._driver_version)
 
     def nvmlSystemGetNVMLVersion(self, buffer, length):
         if self._uninitialized():
             return UNINITIALIZED
         cuda_major = self.engine.scenario.cuda_driver_version // 1000
-        return write_string(buffer, length, f"{cuda_major}.{self.engine.scenario.driver_version}")
+        return write_string(buffer, length, f"{cuda_major}.{self._driver_version}")
 
     def nvmlSystemGetCudaDriverVersion(self, ref):
         if self._uninitialized():

@@ -1,7 +1,9 @@
 """Fake NVML: device enumeration, identity, compute mode and memory.
 
-``nvmlDeviceGetComputeMode`` on the parent of a MIG-enabled GPU returns NOT_SUPPORTED (the
-header: "If MIG is enabled on a GPU, device must be MIG device handle").
+``nvmlDeviceGetComputeMode`` on the parent of a MIG-enabled GPU answers DEFAULT, as real
+drivers do (nvidia-smi of R510 and R535 shows "Default" for MIG-enabled GPUs), whatever the
+header's "device must be MIG device handle" suggests; the MIG device handles answer their
+own mode (EXCLUSIVE_PROCESS for an instance running an MPS server).
 """
 
 from __future__ import annotations
@@ -10,12 +12,9 @@ import pynvml
 
 from exporter.catalog import MIB
 from exporter.sim.fakelib_base import (
-    INVALID_ARGUMENT, KIND_GPU, NOT_FOUND, NOT_SUPPORTED, SUCCESS, UNINITIALIZED, VERSION_MISMATCH,
-    Dev, encode, out, out_handle, value, write_string,
+    GPU_IS_LOST, INVALID_ARGUMENT, KIND_GPU, NOT_FOUND, NOT_SUPPORTED, SUCCESS, UNINITIALIZED,
+    VERSION_MISMATCH, Dev, encode, out, out_handle, value, write_string,
 )
-
-_PCI_SUBSYSTEM_ID = 0x16C110DE
-
 
 def _bus_id(text: str) -> str:
     """Canonical NVML bus id "00000000:3B:00.0" from "3b:00.0" / "0000:3b:00.0" forms."""
@@ -34,27 +33,31 @@ class DeviceCalls:
     def nvmlDeviceGetCount_v2(self, ref):
         if self._uninitialized():
             return UNINITIALIZED
-        out(ref, len(self.engine.gpus))
+        out(ref, len(self._visible))
         return SUCCESS
 
     def nvmlDeviceGetHandleByIndex_v2(self, index, ref):
         if self._uninitialized():
             return UNINITIALIZED
-        if value(index) not in self.engine.gpus:
+        if not 0 <= value(index) < len(self._visible):
             return INVALID_ARGUMENT
-        out_handle(ref, encode(KIND_GPU, value(index)))
+        gpu = self._visible[value(index)]
+        if not self.engine.lifecycle.present(gpu, self.now):
+            return GPU_IS_LOST
+        out_handle(ref, encode(KIND_GPU, gpu))
         return SUCCESS
 
     def nvmlDeviceGetHandleByUUID(self, uuid, ref):
         if self._uninitialized():
             return UNINITIALIZED
         wanted = (uuid.value if hasattr(uuid, "value") else uuid).decode()
-        for gpu, spec in self.engine.gpus.items():
+        for gpu in self._visible:
+            spec = self.engine.gpus[gpu]
             if spec.uuid == wanted:
                 out_handle(ref, encode(KIND_GPU, gpu))
                 return SUCCESS
             for inst in self.engine.epoch(gpu).instances:
-                if inst.uuid == wanted:
+                if inst.has_ci and inst.uuid == wanted:
                     out_handle(ref, self._gpu_dev(gpu, inst).handle)
                     return SUCCESS
         return NOT_FOUND
@@ -66,8 +69,8 @@ class DeviceCalls:
             wanted = _bus_id((bus_id.value if hasattr(bus_id, "value") else bus_id).decode())
         except ValueError:
             return INVALID_ARGUMENT
-        for gpu, spec in self.engine.gpus.items():
-            if _bus_id(spec.pci_bus_id) == wanted:
+        for gpu in self._visible:
+            if _bus_id(self.engine.gpus[gpu].pci_bus_id) == wanted:
                 out_handle(ref, encode(KIND_GPU, gpu))
                 return SUCCESS
         return NOT_FOUND
@@ -94,7 +97,7 @@ class DeviceCalls:
         dev = self._dev(handle)
         if not isinstance(dev, Dev):
             return dev
-        out(ref, dev.inst.mig_index if dev.is_mig else dev.gpu)
+        out(ref, dev.inst.mig_index if dev.is_mig else self._visible.index(dev.gpu))
         return SUCCESS
 
     def nvmlDeviceGetMinorNumber(self, handle, ref):
@@ -122,7 +125,7 @@ class DeviceCalls:
         info.domain, info.bus = int(domain, 16), int(bus, 16)
         info.device = int(devfn.split(".")[0], 16)
         info.pciDeviceId = dev.model.pci_device_id
-        info.pciSubSystemId = _PCI_SUBSYSTEM_ID
+        info.pciSubSystemId = dev.model.pci_subsystem_id
         return SUCCESS
 
     def nvmlDeviceGetCudaComputeCapability(self, handle, major, minor):
@@ -154,7 +157,8 @@ class DeviceCalls:
         if not isinstance(dev, Dev):
             return dev
         if dev.epoch.mig_enabled and not dev.is_mig:
-            return NOT_SUPPORTED
+            out(ref, pynvml.NVML_COMPUTEMODE_DEFAULT)
+            return SUCCESS
         modes = {"default": pynvml.NVML_COMPUTEMODE_DEFAULT,
                  "exclusive_process": pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS,
                  "prohibited": pynvml.NVML_COMPUTEMODE_PROHIBITED}

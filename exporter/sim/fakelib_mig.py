@@ -17,7 +17,7 @@ import pynvml
 from exporter.catalog import MigProfile, remaining_capacity
 from exporter.sim.fakelib_base import (
     INSUFFICIENT_SIZE, INVALID_ARGUMENT, KIND_CI, KIND_GI, NOT_FOUND, NOT_SUPPORTED, SUCCESS,
-    UNINITIALIZED, VERSION_MISMATCH, Dev, array_length, decode, encode, out, out_handle, value,
+    VERSION_MISMATCH, Dev, array_length, decode, encode, out, out_handle, value,
     write_handles,
 )
 
@@ -49,16 +49,6 @@ class MigCalls:
             return INVALID_ARGUMENT
         return dev
 
-    def _gi(self, handle):
-        """(Dev of the MIG device, instance) for a GPU-instance or compute-instance handle."""
-        if self._uninitialized():
-            return UNINITIALIZED
-        h = decode(handle)
-        if h is None or h[0] not in (KIND_GI, KIND_CI) or h[1] not in self.engine.gpus:
-            return INVALID_ARGUMENT
-        inst = self._live_instance(h[1], h[2])
-        return INVALID_ARGUMENT if inst is None else self._gpu_dev(h[1], inst)
-
     def nvmlDeviceGetMigMode(self, handle, current, pending):
         dev = self._parent(handle)
         if not isinstance(dev, Dev):
@@ -85,7 +75,7 @@ class MigCalls:
             return dev
         if not dev.epoch.mig_enabled or not 0 <= value(index) < dev.model.max_mig_devices:
             return INVALID_ARGUMENT
-        inst = next((i for i in dev.epoch.instances if i.mig_index == value(index)), None)
+        inst = next((i for i in dev.epoch.instances if i.has_ci and i.mig_index == value(index)), None)
         if inst is None:
             return NOT_FOUND
         out_handle(ref, self._gpu_dev(dev.gpu, inst).handle)
@@ -246,7 +236,7 @@ class MigCalls:
         if not isinstance(dev, Dev):
             return dev
         found = []
-        if _CI_PROFILE_FOR_SLICES.get(dev.inst.profile.slice_count) == value(ci_profile):
+        if dev.inst.has_ci and _CI_PROFILE_FOR_SLICES.get(dev.inst.profile.slice_count) == value(ci_profile):
             found = [encode(KIND_CI, dev.gpu, dev.inst.serial)]
         room = array_length(instances) if instances is not None else 0
         if room is not None and room < len(found):
@@ -261,7 +251,7 @@ class MigCalls:
         dev = self._gi(ci_handle)
         if not isinstance(dev, Dev):
             return dev
-        if decode(ci_handle)[0] != KIND_CI:
+        if decode(ci_handle)[0] != KIND_CI or not dev.inst.has_ci:
             return INVALID_ARGUMENT
         info = ref._obj
         out_handle(_Field(info, "device"), dev.parent_handle)

@@ -7,8 +7,13 @@ holds MPS clients only (so a client appears in both, like nvidia-smi's "M+C"); t
 list is always empty. On a MIG parent handle the lists aggregate all instances. GI/CI ids
 are 0xFFFFFFFF when MIG is off.
 
-Utilization samples (non-MIG only): one per live non-server process, stamped
-``Simulation.wall_base_us + virtual time``; smUtil = min(100, 115 x the process's
+A process whose scenario entry has ``memory_na`` lists usedGpuMemory as NVML_VALUE_NOT_AVAILABLE
+(pynvml turns it into None). The _v2 lists have the v3 layout (same struct in pynvml), and
+nvmlDeviceGetRunningProcessDetailList fills the detail struct from the same lists.
+
+Utilization samples (non-MIG only): one per live non-server process, stamped with the
+simulation clock (``Simulation.clock_us``: virtual time on the epoch /proc and forecasts
+use, so "now" of the simulated host); smUtil = min(100, 115 x the process's
 sm_active) (same gain as GPU utilization), memUtil = 100 x dram_active. A timestamp at or
 after the newest sample gives NOT_FOUND, as NVML does when no newer samples exist.
 """
@@ -18,8 +23,8 @@ from __future__ import annotations
 import pynvml
 
 from exporter.sim.fakelib_base import (
-    INSUFFICIENT_SIZE, NO_ID, NOT_FOUND, NOT_SUPPORTED, SUCCESS, VERSION_MISMATCH, Dev,
-    array_length, out, value,
+    INSUFFICIENT_SIZE, INVALID_ARGUMENT, NO_ID, NOT_AVAILABLE, NOT_FOUND, NOT_SUPPORTED, SUCCESS,
+    VERSION_MISMATCH, Dev, array_length, out, value,
 )
 from exporter.sim.state import Proc
 from exporter.sim.telemetry import UTILIZATION_GAIN, process_activity
@@ -45,7 +50,7 @@ class ProcessCalls:
         for i, p in enumerate(procs):
             entry = entries[i]
             entry.pid = p.pid
-            entry.usedGpuMemory = int(p.memory_at(self.now))
+            entry.usedGpuMemory = NOT_AVAILABLE if p.memory_na else int(p.memory_at(self.now))
             mig = dev.epoch.mig_enabled
             entry.gpuInstanceId = p.gi if mig else NO_ID
             entry.computeInstanceId = 0 if mig else NO_ID
@@ -70,6 +75,36 @@ class ProcessCalls:
             return dev
         return self._fill_list(dev, [], count, array)
 
+    nvmlDeviceGetComputeRunningProcesses_v2 = nvmlDeviceGetComputeRunningProcesses_v3
+    nvmlDeviceGetMPSComputeRunningProcesses_v2 = nvmlDeviceGetMPSComputeRunningProcesses_v3
+    nvmlDeviceGetGraphicsRunningProcesses_v2 = nvmlDeviceGetGraphicsRunningProcesses_v3
+
+    def nvmlDeviceGetRunningProcessDetailList(self, handle, ref):
+        """Mode 0 compute, 1 graphics, 2 MPS; a NULL array asks for the count."""
+        dev = self._dev(handle)
+        if not isinstance(dev, Dev):
+            return dev
+        info = ref._obj
+        if info.version != pynvml.nvmlProcessDetailList_v1:
+            return VERSION_MISMATCH
+        mode = info.mode
+        if mode not in (0, 1, 2):
+            return INVALID_ARGUMENT
+        procs = {0: self._procs(dev), 1: [], 2: [p for p in self._procs(dev) if p.mps_client]}[mode]
+        if not info.procArray or info.numProcArrayEntries < len(procs):
+            info.numProcArrayEntries = len(procs)
+            return SUCCESS if not procs else INSUFFICIENT_SIZE
+        mig = dev.epoch.mig_enabled
+        for i, p in enumerate(procs):
+            entry = info.procArray[i]
+            entry.pid = p.pid
+            entry.usedGpuMemory = NOT_AVAILABLE if p.memory_na else int(p.memory_at(self.now))
+            entry.gpuInstanceId = p.gi if mig else NO_ID
+            entry.computeInstanceId = 0 if mig else NO_ID
+            entry.usedGpuCcProtectedMemory = 0
+        info.numProcArrayEntries = len(procs)
+        return SUCCESS
+
     # --- per-process utilization ---------------------------------------------------------
 
     def _samples(self, handle, since_us) -> list[tuple[int, int, int, int]] | int:
@@ -79,7 +114,7 @@ class ProcessCalls:
             return dev
         if dev.epoch.mig_enabled:
             return NOT_SUPPORTED
-        stamp = self.sim.wall_base_us + int(self.now * 1_000_000)
+        stamp = self.sim.clock_us()
         if value(since_us) >= stamp:
             return NOT_FOUND
         samples = []

@@ -125,7 +125,7 @@ class SensorCalls:
 
     nvmlDeviceGetSupportedClocksThrottleReasons = nvmlDeviceGetSupportedClocksEventReasons
 
-    # --- ECC -----------------------------------------------------------------------------
+    # --- ECC mode (counters: exporter.sim.fakelib_health) ----------------------------------
 
     def nvmlDeviceGetEccMode(self, handle, current, pending):
         dev = self._dev(handle)
@@ -133,16 +133,4 @@ class SensorCalls:
             return dev
         out(current, pynvml.NVML_FEATURE_ENABLED)
         out(pending, pynvml.NVML_FEATURE_ENABLED)
-        return SUCCESS
-
-    def nvmlDeviceGetTotalEccErrors(self, handle, error_type, counter_type, ref):
-        """Count from the scenario's cumulative timelines (volatile = aggregate here)."""
-        dev = self._gpu_only(handle)
-        if not isinstance(dev, Dev):
-            return dev
-        kind = value(error_type)
-        if kind not in (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED):
-            return INVALID_ARGUMENT
-        uncorrected = kind == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
-        out(ref, self.telemetry.ecc_errors(dev.gpu, self.now, uncorrected))
         return SUCCESS

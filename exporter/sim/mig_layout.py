@@ -12,6 +12,10 @@ the whole history is computed once: a list of *epochs* per GPU, each the layout 
   and start) keeps its index, UUID and GI id; destroyed ones leave holes, and new ones take
   the lowest free index, so indices become sparse exactly as on a real GPU.
   ``MigSpec.device_index`` forces an index (sparse on purpose).
+- A GPU reset destroys every instance: the layout recreated after it is all new (new
+  UUIDs), indices allocated afresh. A GPU instance created without its compute instance
+  (``MigSpec.compute_instance`` false) holds its slices and GI id but has no MIG device:
+  no MIG index (-1), no MIG UUID ("").
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class MigInstance:
     mig_index: int
     uuid: str
     mps: bool
+    has_ci: bool = True  # False: GPU instance without a compute instance (no MIG device)
 
     @property
     def ci(self) -> int:
@@ -71,16 +76,19 @@ class LayoutBuilder:
         self._next_serial = 1
 
     def epochs(self, gpu: GpuSpec, model: GpuModel, events: list[EventSpec]) -> list[Epoch]:
-        """Epochs of ``gpu``; ``events`` are its mig_reconfigure events sorted by time."""
-        changes = [(float("-inf"), gpu.mig)] + [(e.at, e.mig) for e in events]
+        """Epochs of ``gpu``; ``events`` are its mig_reconfigure (and, on a MIG-enabled GPU,
+        gpu_reset) events sorted by time."""
+        changes = [(float("-inf"), gpu.mig, "")] + [(e.at, e.mig, e.kind) for e in events]
         result: list[Epoch] = []
         previous: tuple[MigInstance, ...] = ()
-        for i, (at, specs) in enumerate(changes):
+        for i, (at, specs, why) in enumerate(changes):
             end = changes[i + 1][0] if i + 1 < len(changes) else float("inf")
             place = f"{self._where}: gpus[{gpu.index}]" if i == 0 else (
-                f"{self._where}: events[mig_reconfigure at {at:g}s, gpu {gpu.index}]")
+                f"{self._where}: events[{why} at {at:g}s, gpu {gpu.index}]")
             if specs is not None and not model.mig_capable:
                 raise UserError(f"{place}: {model.key} is not MIG-capable")
+            if why == "gpu_reset":
+                previous = ()  # a reset destroys every instance: nothing is kept
             instances = self._layout(gpu, model, specs or (), previous, place)
             result.append(Epoch(at, end, specs is not None, instances))
             previous = instances
@@ -88,7 +96,7 @@ class LayoutBuilder:
 
     def _layout(self, gpu: GpuSpec, model: GpuModel, specs: tuple[MigSpec, ...],
                 previous: tuple[MigInstance, ...], place: str) -> tuple[MigInstance, ...]:
-        kept = {(m.profile.name, m.start): m for m in previous}
+        kept = {(m.profile.name, m.start): m for m in previous if m.has_ci}
         forced = [s.device_index for s in specs if s.device_index is not None]
         for index in forced:
             if not 0 <= index < model.max_mig_devices:
@@ -99,7 +107,9 @@ class LayoutBuilder:
         chosen: list[int | None] = []
         for spec in specs:  # kept instances keep their index unless another forces it
             old = kept.get((spec.profile, spec.start))
-            if spec.device_index is not None:
+            if not spec.compute_instance:
+                chosen.append(-1)  # no compute instance: no MIG device, no index
+            elif spec.device_index is not None:
                 chosen.append(spec.device_index)
             elif old is not None and old.mig_index not in used:
                 chosen.append(old.mig_index)
@@ -121,13 +131,14 @@ class LayoutBuilder:
                 raise UserError(f"{place}: two MIG instances overlap at memory slice {spec.start}")
             seen_gi.add(gi)
             old = kept.get((spec.profile, spec.start))
-            if old is not None and old.mig_index == index and old.mps == spec.mps:
+            if old is not None and old.mig_index == index and old.mps == spec.mps and spec.compute_instance:
                 instances.append(old)
                 continue
             serial, self._next_serial = self._next_serial, self._next_serial + 1
             mig_uuid = "MIG-" + str(uuid.uuid5(_UUID_NAMESPACE, f"{gpu.uuid}/{gi}/0/{serial}"))
             instances.append(MigInstance(serial, gpu.index, profile, spec.start, gi, index,
-                                         mig_uuid, spec.mps))
+                                         mig_uuid if spec.compute_instance else "", spec.mps,
+                                         spec.compute_instance))
         return tuple(instances)
 
 

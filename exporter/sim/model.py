@@ -36,6 +36,9 @@ class MigSpec:
     # MIG device index to use instead of the next free one (makes indices sparse on purpose,
     # as after destroying instances on a real GPU); must be < the model's max_mig_devices.
     device_index: int | None = None
+    # False: a GPU instance without its compute instance (a half-done "nvidia-smi mig -cgi"
+    # without -C): it holds its slices but has no MIG device, so no processes run on it.
+    compute_instance: bool = True
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,13 @@ class GpuSpec:
     clock_event_reasons: tuple[tuple[float, tuple[str, ...]], ...] = ()  # (from t, reasons)
     compute_mode: str | None = None  # default | exclusive_process | prohibited
     product_name: str | None = None  # NVML name when the scenario named a variant (e.g. "... PCIe")
+    # Board variant key of the catalog model ("SXM4", "PCIe", "NVL"); None: the model's default.
+    variant: str | None = None
+    power_limit_watts: float | None = None  # enforced power limit; None: the board's default
+    persistence_mode: bool = True  # nvidia-persistenced runs (data-center default)
+    present: bool = True  # False: not on the bus at t = 0 (appears with a gpu_attached event)
+    pcie_tx_bytes_per_second: Timeline | None = None  # nvmlDeviceGetPcieThroughput; None: 0
+    pcie_rx_bytes_per_second: Timeline | None = None
 
 
 @dataclass(frozen=True)
@@ -70,26 +80,41 @@ class ProcessSpec:
     activity: Mapping[str, Timeline] = field(default_factory=dict)  # sm_active, tensor_active, ...
     env: Mapping[str, str] = field(default_factory=dict)
     mps_client: bool | None = None  # None: client iff its device runs an MPS server
+    # NVML reports its usedGpuMemory as N/A (NVML_VALUE_NOT_AVAILABLE -> None in pynvml); its
+    # memory still counts on the device.
+    memory_na: bool = False
+    uid: int = 0  # owner (/proc/<pid>/status Uid:)
+    host_memory: int | None = None  # resident host memory in bytes (/proc); None: 512 MiB
 
 
 @dataclass(frozen=True)
 class FaultSpec:
     call: str  # NVML C symbol or pynvml name, e.g. "nvmlDeviceGetPowerUsage"; "*" = every call
     gpu: int | None  # None = every GPU
-    error: str  # NVMLError class suffix, e.g. "GpuIsLost", "Timeout", "NotFound"
+    error: str  # NVMLError class suffix, e.g. "GpuIsLost", "Timeout", "NotFound"; "Success": delay only
     until: float | None  # virtual time the fault ends; None = forever
     delay_seconds: float = 0.0  # real seconds the call blocks before failing/returning (hangs)
+    probability: float = 1.0  # chance that one matching call fails (seeded by Scenario.seed)
+    mig: int | None = None  # only calls on this MIG instance (index into the layout at the event)
 
 
 @dataclass(frozen=True)
 class EventSpec:
+    # "fault" | "mig_reconfigure" | "xid" | "mps_restart" | "gpu_lost", and (fault model, see
+    # docs/scenarios.md) "gpu_reset" | "gpu_removed" | "gpu_attached" | "nvml_init_failure" |
+    # "driver_mismatch" | "mps_server_death"
     at: float
-    kind: str  # "fault" | "mig_reconfigure" | "xid" | "mps_restart" | "gpu_lost"
+    kind: str
     gpu: int | None = None
     fault: FaultSpec | None = None
-    mig: tuple[MigSpec, ...] | None = None  # for mig_reconfigure: the new layout
+    # mig_reconfigure: the new layout, as created (a failed one: only what got created);
+    # gpu_reset: the layout recreated after the reset (() = instances gone, MIG still on)
+    mig: tuple[MigSpec, ...] | None = None
     xid: int | None = None
     gi: int | None = None  # for xid attributed to a MIG instance (list index into mig)
+    requested: tuple[MigSpec, ...] | None = None  # mig_reconfigure that failed: the full request
+    version: str | None = None  # driver_mismatch: the newly installed driver version
+    until: float | None = None  # driver_mismatch: when the new module is loaded (None: never)
 
 
 @dataclass(frozen=True)
@@ -102,3 +127,11 @@ class Scenario:
     events: tuple[EventSpec, ...]
     driver_version: str = "580.95.05"
     cuda_driver_version: int = 13000
+    seed: int = 0  # seeds per-call fault probabilities (same seed, same failures)
+
+
+def gpu_model(spec: GpuSpec):
+    """The catalog GpuModel of ``spec`` as its board (variant) with its enforced power limit."""
+    from exporter.catalog import board  # the catalog is data; imported late to keep this module plain
+
+    return board(spec.model, spec.variant, spec.power_limit_watts)

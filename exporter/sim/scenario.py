@@ -18,18 +18,19 @@ from exporter.sim import scenario_events
 from exporter.sim.model import GpuSpec, Scenario
 from exporter.sim.scenario_events import mig_layout, model_at
 from exporter.sim.scenario_fields import (
-    Invalid, as_bool, as_count, as_duration, as_int, as_list, as_number, as_ratio, as_str,
+    Invalid, as_bool, as_bytes, as_count, as_duration, as_int, as_list, as_number, as_ratio, as_str,
     check_keys, did_you_mean, fail, fmt_time, item, key, kind, timeline,
 )
 from exporter.sim.scenario_processes import (  # noqa: F401 - re-exported for docs/tests
     ACTIVITY_KEYS, PROCESS_KEYS, device_capacity, parse_processes,
 )
 
-TOP_KEYS = ("name", "description", "duration", "driver_version", "cuda_driver_version",
+TOP_KEYS = ("name", "description", "duration", "driver_version", "cuda_driver_version", "seed",
             "gpus", "processes", "events")
-GPU_KEYS = ("model", "index", "uuid", "pci_bus_id", "mig", "mps", "power_watts",
-            "temperature_celsius", "utilization", "ecc_corrected", "ecc_uncorrected",
-            "clock_event_reasons", "compute_mode")
+GPU_KEYS = ("model", "variant", "index", "uuid", "pci_bus_id", "mig", "mps", "power_watts",
+            "power_limit_watts", "temperature_celsius", "utilization", "ecc_corrected",
+            "ecc_uncorrected", "clock_event_reasons", "compute_mode", "persistence_mode", "present",
+            "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second")
 COMPUTE_MODES = ("default", "exclusive_process", "prohibited")
 # nvmlClocksEventReason* constants by snake_case name: sw_power_cap -> SwPowerCap (0x4).
 CLOCK_EVENT_REASONS = {
@@ -120,11 +121,13 @@ def _parse(data: dict, source: str) -> Scenario:
         extra["driver_version"] = value
     if "cuda_driver_version" in data:
         extra["cuda_driver_version"] = as_int(data["cuda_driver_version"], "cuda_driver_version", 1000)
+    if "seed" in data:
+        extra["seed"] = as_int(data["seed"], "seed", 0)
     gpus = _gpus(data["gpus"], name)
     raw_events = as_list(data.get("events") or [], "events")
-    events, layouts = scenario_events.parse_events(raw_events, gpus, duration)
+    events, layouts, presence = scenario_events.parse_events(raw_events, gpus, duration)
     raw_procs = as_list(data.get("processes") or [], "processes")
-    processes = parse_processes(raw_procs, gpus, layouts, events, duration)
+    processes = parse_processes(raw_procs, gpus, layouts, events, duration, presence)
     return Scenario(name=name, source=source, duration=duration, gpus=gpus,
                     processes=processes, events=events, **extra)
 
@@ -167,9 +170,28 @@ def _gpus(raw: Any, scenario_name: str) -> tuple[GpuSpec, ...]:
     return tuple(gpus)
 
 
+def _board(raw: dict, path: str):
+    """The catalog model of this GPU as the board it names, with its power limit checked."""
+    model = model_at(raw["model"], key(path, "model"))
+    if raw.get("variant") is not None:
+        wanted = as_str(raw["variant"], key(path, "variant"))
+        try:
+            model = model.with_variant(wanted)
+        except KeyError as exc:
+            fail(key(path, "variant"), exc.args[0] + did_you_mean(wanted, [v.key for v in model.variants]))
+    limit = None
+    if raw.get("power_limit_watts") is not None:
+        limit = as_number(raw["power_limit_watts"], key(path, "power_limit_watts"))
+        low, high = model.min_power_limit_watts, model.max_power_limit_watts
+        if not low <= limit <= high:
+            fail(key(path, "power_limit_watts"), f"{limit:g} W is outside the {low:g}..{high:g} W "
+                 f"range of {model.nvml_name} (nvidia-smi -pl refuses it)")
+    return model, limit
+
+
 def _gpu(raw: Any, path: str, position: int, scenario_name: str) -> GpuSpec:
     check_keys(raw, path, GPU_KEYS, required=("model",))
-    model = model_at(raw["model"], key(path, "model"))
+    model, power_limit = _board(raw, path)
     index = as_int(raw.get("index", position), key(path, "index"), minimum=0)
     uuid = raw.get("uuid", default_uuid(scenario_name, index))
     if not isinstance(uuid, str) or not _UUID.match(uuid):
@@ -186,7 +208,8 @@ def _gpu(raw: Any, path: str, position: int, scenario_name: str) -> GpuSpec:
              "the mig entries instead")
     series = {}
     readers = {"power_watts": lambda v, p: as_number(v, p, 0), "temperature_celsius": as_number,
-               "utilization": as_ratio, "ecc_corrected": as_count, "ecc_uncorrected": as_count}
+               "utilization": as_ratio, "ecc_corrected": as_count, "ecc_uncorrected": as_count,
+               "pcie_tx_bytes_per_second": as_bytes, "pcie_rx_bytes_per_second": as_bytes}
     for field, reader in readers.items():
         if raw.get(field) is not None:
             series[field] = timeline(raw[field], key(path, field), reader,
@@ -198,11 +221,17 @@ def _gpu(raw: Any, path: str, position: int, scenario_name: str) -> GpuSpec:
                  f"{did_you_mean(mode, COMPUTE_MODES)}; use one of {', '.join(COMPUTE_MODES)}")
         series["compute_mode"] = mode
     reasons = _clock_reasons(raw.get("clock_event_reasons") or [], key(path, "clock_event_reasons"))
-    # A scenario that names a product variant ("NVIDIA A100 80GB PCIe") gets that NVML name back.
-    given = str(raw["model"]).strip().lower()
-    product = next((a for a in model.aliases if a.lower() == given and a.startswith(("NVIDIA ", "Tesla "))), None)
+    for flag in ("persistence_mode", "present"):
+        if raw.get(flag) is not None:
+            series[flag] = as_bool(raw[flag], key(path, flag))
+    # A scenario that names a board other than the model's default ("NVIDIA A100-PCIE-40GB",
+    # or variant: PCIe) gets that board's NVML name, PCI id, power limits and clocks.
+    default = model.variants[0].key
+    product = model.nvml_name if model.variant != default else None
     return GpuSpec(index=index, model=model.key, uuid=uuid, pci_bus_id=pci.upper(), mig=mig,
-                   mps=mps, clock_event_reasons=reasons, product_name=product, **series)
+                   mps=mps, clock_event_reasons=reasons, product_name=product,
+                   variant=None if model.variant == default else model.variant,
+                   power_limit_watts=power_limit, **series)
 
 
 def _clock_reasons(raw: Any, path: str) -> tuple[tuple[float, tuple[str, ...]], ...]:

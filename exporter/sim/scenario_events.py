@@ -13,19 +13,20 @@ from typing import Any
 import pynvml
 
 from exporter.catalog import GpuModel, first_free_start, layout_fits, resolve_model
-from exporter.sim.model import EventSpec, FaultSpec, GpuSpec, MigSpec, ProcessSpec
+from exporter.sim import scenario_faults
+from exporter.sim.model import EventSpec, GpuSpec, MigSpec, ProcessSpec, gpu_model
 from exporter.sim.scenario_fields import (
     as_bool, as_duration, as_int, as_list, as_str, check_keys, did_you_mean, fail, fmt_time,
     item, key, kind,
 )
 
-EVENT_KINDS = ("fault", "gpu_lost", "mig_reconfigure", "xid", "mps_restart")
+EVENT_KINDS = ("fault", "gpu_lost", "mig_reconfigure", "xid", "mps_restart", *scenario_faults.FAULT_KINDS)
 _EVENT_KEYS = {
-    "fault": (("call", "gpu", "error", "until", "delay"), ("call", "error")),
     "gpu_lost": (("gpu",), ("gpu",)),
-    "mig_reconfigure": (("gpu", "mig"), ("gpu", "mig")),
+    "mig_reconfigure": (("gpu", "mig", "fails_after"), ("gpu", "mig")),
     "xid": (("gpu", "code", "mig"), ("gpu", "code")),
     "mps_restart": (("gpu", "mig"), ("gpu",)),
+    **scenario_faults.FAULT_EVENT_KEYS,
 }
 
 
@@ -44,9 +45,17 @@ def mig_layout(raw: Any, path: str, model: GpuModel) -> tuple[MigSpec, ...]:
         fail(path, f"{model.key} is not MIG-capable (remove mig)")
     parsed: list[tuple[str, int | None, bool]] = []
     forced: dict[int, int] = {}  # device_index -> entry position
+    no_ci: set[int] = set()  # positions of GPU instances created without a compute instance
     for j, entry in enumerate(entries):
         where = item(path, j)
-        check_keys(entry, where, ("profile", "start", "mps", "device_index"), required=("profile",))
+        check_keys(entry, where, ("profile", "start", "mps", "device_index", "compute_instance"),
+                   required=("profile",))
+        if not as_bool(entry.get("compute_instance", True), key(where, "compute_instance")):
+            no_ci.add(j)
+            for other in ("mps", "device_index"):
+                if entry.get(other) not in (None, False):
+                    fail(key(where, other), "a GPU instance without a compute instance has no MIG "
+                         "device (remove it or set compute_instance: true)")
         name = as_str(entry["profile"], key(where, "profile"))
         try:
             profile = model.profile(name)
@@ -83,7 +92,8 @@ def mig_layout(raw: Any, path: str, model: GpuModel) -> tuple[MigSpec, ...]:
                 fail(item(path, j), reason)
             taken.append((name, start))
             starts[j] = start
-    return tuple(MigSpec(profile=n, start=starts[j], mps=m, device_index=by_position.get(j))
+    return tuple(MigSpec(profile=n, start=starts[j], mps=m, device_index=by_position.get(j),
+                         compute_instance=j not in no_ci)
                  for j, (n, _, m) in enumerate(parsed))
 
 
@@ -121,14 +131,11 @@ def known_calls() -> frozenset[str]:
     return frozenset(symbols)
 
 
-def _error_names() -> list[str]:
-    return sorted(n[len("NVMLError_"):] for n in dir(pynvml) if n.startswith("NVMLError_"))
-
-
 def parse_events(raw: list, gpus: tuple[GpuSpec, ...], duration: float | None):
-    """(events sorted by time, LayoutHistory) from the ``events`` list."""
+    """(events sorted by time, LayoutHistory, PresenceHistory) from the ``events`` list."""
     by_index = {g.index: g for g in gpus}
     history = LayoutHistory(by_index)
+    presence = scenario_faults.PresenceHistory(by_index)
     parsed: list[tuple[int, EventSpec]] = []
     for i, entry in enumerate(raw):
         path = item("events", i)
@@ -144,8 +151,10 @@ def parse_events(raw: list, gpus: tuple[GpuSpec, ...], duration: float | None):
         parsed.append((i, _event(kinds[0], entry[kinds[0]], key(path, kinds[0]), at, by_index, history)))
     parsed.sort(key=lambda pair: pair[1].at)
     for i, event in parsed:  # instance references need every reconfigure known first
-        _check_instance_ref(event, key(item("events", i), event.kind), by_index, history)
-    return tuple(event for _, event in parsed), history
+        where = key(item("events", i), event.kind)
+        _check_instance_ref(event, where, by_index, history)
+        scenario_faults.check_fault_refs(event, where, by_index, history, presence)
+    return tuple(event for _, event in parsed), history, presence
 
 
 def _event(kind_: str, body: Any, path: str, at: float, gpus, history) -> EventSpec:
@@ -153,14 +162,24 @@ def _event(kind_: str, body: Any, path: str, at: float, gpus, history) -> EventS
     check_keys(body, path, allowed, required)
     gpu = gpu_ref(body["gpu"], key(path, "gpu"), gpus) if body.get("gpu") is not None else None
     if kind_ == "fault":
-        return EventSpec(at=at, kind=kind_, gpu=gpu and gpu.index, fault=_fault(body, path, at, gpu))
+        fault = scenario_faults.parse_fault(body, path, at, gpu, known_calls())
+        return EventSpec(at=at, kind=kind_, gpu=gpu and gpu.index, fault=fault)
+    if kind_ in scenario_faults.FAULT_KINDS:
+        return scenario_faults.parse_fault_event(kind_, body, path, at, gpu, history, mig_layout)
     if kind_ == "mig_reconfigure":
         if gpu.mig is None:
             fail(key(path, "gpu"), f"GPU {gpu.index} has MIG disabled; mig_reconfigure only "
                  "changes the instances of a MIG-enabled GPU")
-        layout = mig_layout(body["mig"], key(path, "mig"), resolve_model(gpu.model))
+        layout = mig_layout(body["mig"], key(path, "mig"), gpu_model(gpu))
+        requested = None
+        if body.get("fails_after") is not None:  # created in list order, failed at that entry
+            made = as_int(body["fails_after"], key(path, "fails_after"), minimum=0)
+            if made >= len(layout):
+                fail(key(path, "fails_after"), f"{made} >= the {len(layout)} instance(s) asked for: "
+                     "that repartition did not fail (remove fails_after)")
+            layout, requested = layout[:made], layout
         history.add(gpu.index, at, layout)
-        return EventSpec(at=at, kind=kind_, gpu=gpu.index, mig=layout)
+        return EventSpec(at=at, kind=kind_, gpu=gpu.index, mig=layout, requested=requested)
     gi = as_int(body["mig"], key(path, "mig"), minimum=0) if body.get("mig") is not None else None
     if kind_ == "xid":
         code = as_int(body["code"], key(path, "code"), minimum=1)
@@ -168,28 +187,9 @@ def _event(kind_: str, body: Any, path: str, at: float, gpus, history) -> EventS
     return EventSpec(at=at, kind=kind_, gpu=gpu.index, gi=gi)  # gpu_lost, mps_restart
 
 
-def _fault(body: dict, path: str, at: float, gpu: GpuSpec | None) -> FaultSpec:
-    call = as_str(body["call"], key(path, "call"))
-    if call != "*" and call not in known_calls():
-        fail(key(path, "call"), f"unknown NVML call {call!r}{did_you_mean(call, known_calls())} "
-             "(a pynvml function or C symbol, or '*')")
-    error = as_str(body["error"], key(path, "error"))
-    if not hasattr(pynvml, "NVMLError_" + error):
-        names = _error_names()
-        fail(key(path, "error"), f"unknown NVML error {error!r}{did_you_mean(error, names)} "
-             f"(NVMLError_ suffixes such as GpuIsLost, Timeout, NotSupported, Unknown)")
-    until = None
-    if body.get("until") is not None:
-        until = as_duration(body["until"], key(path, "until"), origin=at)
-        if until <= at:
-            fail(key(path, "until"), f"{fmt_time(until)} must be after the event time {fmt_time(at)}")
-    delay = as_duration(body.get("delay", 0), key(path, "delay"))
-    return FaultSpec(call=call, gpu=gpu and gpu.index, error=error, until=until, delay_seconds=delay)
-
-
 def _check_instance_ref(event: EventSpec, path: str, gpus, history: LayoutHistory) -> None:
-    """xid/mps_restart ``mig`` indices refer to the layout in force at the event time."""
-    if event.kind not in ("xid", "mps_restart"):
+    """xid/mps_restart/mps_server_death ``mig`` indices refer to the layout at the event time."""
+    if event.kind not in ("xid", "mps_restart", "mps_server_death"):
         return
     gpu = gpus[event.gpu]
     layout = history.at(gpu.index, event.at)
@@ -199,10 +199,11 @@ def _check_instance_ref(event: EventSpec, path: str, gpus, history: LayoutHistor
         if event.gi >= len(layout):
             fail(key(path, "mig"), f"GPU {gpu.index} has {len(layout)} MIG instance(s) at "
                  f"{fmt_time(event.at)}; mig is an index into its mig list")
-    if event.kind != "mps_restart":
+    if event.kind == "xid":
         return
     if layout is not None and event.gi is None:
-        fail(path, f"GPU {gpu.index} has MIG enabled: set mig to the instance whose MPS server restarts")
+        fail(path, f"GPU {gpu.index} has MIG enabled: set mig to the instance whose MPS server "
+             f"{'restarts' if event.kind == 'mps_restart' else 'dies'}")
     runs_mps = layout[event.gi].mps if layout is not None else gpu.mps
     if not runs_mps:
         fail(path, "no MPS server runs on that device (mps: true is not set there)")
@@ -210,7 +211,7 @@ def _check_instance_ref(event: EventSpec, path: str, gpus, history: LayoutHistor
 
 def check_reconfigure_in_use(processes: tuple[ProcessSpec, ...], events: tuple[EventSpec, ...]) -> None:
     """NVML refuses to destroy a GPU instance with processes on it: they must end by then."""
-    for event in events:
+    for event in events:  # (a gpu_reset ends the processes instead: no such rule)
         if event.kind != "mig_reconfigure":
             continue
         for j, p in enumerate(processes):

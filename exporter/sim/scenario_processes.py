@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from exporter.catalog import MIB, resolve_model
+from exporter.catalog import MIB
 from exporter.sim import scenario_events
-from exporter.sim.model import EventSpec, GpuSpec, MigSpec, ProcessSpec, timeline_value
+from exporter.sim.model import EventSpec, GpuSpec, MigSpec, ProcessSpec, gpu_model, timeline_value
 from exporter.sim.scenario_fields import (
     as_bool, as_bytes, as_duration, as_int, as_ratio, as_str, check_keys, fail, fmt_time, item,
     key, kind, timeline,
@@ -20,13 +20,13 @@ from exporter.units import parse_mps_pinned_limits
 ACTIVITY_KEYS = ("sm_active", "tensor_active", "fp16_active", "fp32_active", "fp64_active",
                  "dram_active", "sm_occupancy", "graphics_active")
 PROCESS_KEYS = ("pid", "name", "cmdline", "gpu", "mig", "start", "end", "memory",
-                *ACTIVITY_KEYS, "env", "mps_client")
+                *ACTIVITY_KEYS, "env", "mps_client", "memory_na", "uid", "host_memory")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def device_capacity(gpu: GpuSpec, mig: MigSpec | None) -> tuple[int, str]:
     """(bytes processes can use, description) of a whole GPU or one of its MIG instances."""
-    model = resolve_model(gpu.model)
+    model = gpu_model(gpu)
     if mig is None:
         return model.memory_capacity_bytes, (
             f"GPU {gpu.index} ({model.memory_total_mib} MiB total - "
@@ -46,12 +46,17 @@ def parse_processes(
     layouts: scenario_events.LayoutHistory,
     events: tuple[EventSpec, ...],
     duration: float | None,
+    presence=None,
 ) -> tuple[ProcessSpec, ...]:
     """Validated processes, in file order."""
     by_index = {g.index: g for g in gpus}
     processes = tuple(
         _process(p, item("processes", i), by_index, layouts, duration) for i, p in enumerate(raw)
     )
+    for i, p in enumerate(processes):
+        if presence is not None and not presence.at(p.gpu, p.start):
+            fail(key(item("processes", i), "start"), f"GPU {p.gpu} is not on the bus at "
+                 f"{fmt_time(p.start)} (present: false, or removed by then)")
     _check_pids(processes)
     _check_start_memory(processes, by_index, layouts)
     scenario_events.check_reconfigure_in_use(processes, events)
@@ -87,6 +92,9 @@ def _process(raw: Any, path: str, gpus, layouts, duration: float | None) -> Proc
             fail(key(path, "mig"), f"GPU {gpu.index} has {len(layout)} MIG instance(s) at "
                  f"{fmt_time(start)}; mig is an index into its mig list")
         mig = layout[mig_index]
+        if not mig.compute_instance:
+            fail(key(path, "mig"), f"MIG instance {mig_index} of GPU {gpu.index} has no compute "
+                 "instance: no process can run on it")
     elif layout is not None:
         fail(path, f"GPU {gpu.index} has MIG enabled: set mig to the index of an instance in its "
              f"mig list ({len(layout)} at {fmt_time(start)})")
@@ -106,9 +114,16 @@ def _process(raw: Any, path: str, gpus, layouts, duration: float | None) -> Proc
     if at_start > capacity:
         fail(key(path, "memory"), f"{_gib(at_start)} at its start ({fmt_time(start)}) exceeds "
              f"the {_gib(capacity)} of {what}")
+    extra = {}
+    if raw.get("memory_na") is not None:
+        extra["memory_na"] = as_bool(raw["memory_na"], key(path, "memory_na"))
+    if raw.get("uid") is not None:
+        extra["uid"] = as_int(raw["uid"], key(path, "uid"), minimum=0)
+    if raw.get("host_memory") is not None:
+        extra["host_memory"] = int(as_bytes(raw["host_memory"], key(path, "host_memory")))
     return ProcessSpec(pid=pid, name=name, cmdline=cmdline, gpu=gpu.index, mig=mig_index,
                        start=start, end=end, memory=memory, activity=activity, env=env,
-                       mps_client=mps_client)
+                       mps_client=mps_client, **extra)
 
 
 def _env(raw: Any, path: str) -> dict[str, str]:

@@ -38,8 +38,12 @@ def client_environ(env: Mapping[str, str], device_uuid: str) -> dict[str, str]:
 
 
 def build_processes(engine: Engine, where: str) -> list[Proc]:
-    """Scenario processes bound to their devices, plus one MPS server per MPS device epoch."""
-    restarts = mps_restarts(engine, sorted(engine.scenario.events, key=lambda e: e.at), where)
+    """Scenario processes bound to their devices, plus one MPS server per MPS device epoch.
+
+    Sets ``engine.refused``: MPS clients that start while their device's MPS server is dead
+    (after ``mps_server_death``, before an ``mps_restart``), by start time. They never run.
+    """
+    mps_events = mps_device_events(engine, sorted(engine.scenario.events, key=lambda e: e.at), where)
     procs: list[Proc] = []
     clients: dict[tuple[DeviceKey, float], list[Proc]] = defaultdict(list)
     for ps in engine.scenario.processes:
@@ -68,13 +72,16 @@ def build_processes(engine: Engine, where: str) -> list[Proc]:
             # The same resolution of ordinals and UUIDs the exporter applies to /proc.
             mig_uuid = engine.devices[key].uuid if gi is not None else None
             limit = mps_memory_limit(env, DeviceRef(ps.gpu, engine.gpus[ps.gpu].uuid, mig_uuid, gi, 0))
-        end = min(INF if ps.end is None else ps.end, ep.end)
+        # A MIG reconfigure drains the device; a reset or a removal of the GPU ends it too.
+        end = min(INF if ps.end is None else ps.end, ep.end, engine.lifecycle.next_cut(ps.gpu, ps.start))
         proc = Proc(ps.pid, ps.name, ps.cmdline, env, key, gi, ps.start, end,
-                    ps.memory, dict(ps.activity), client, False, limit)
+                    ps.memory, dict(ps.activity), client, False, limit,
+                    memory_na=ps.memory_na, uid=ps.uid, host_memory=ps.host_memory)
         procs.append(proc)
         if client:
             clients[(key, ep.start)].append(proc)
-    procs.extend(_servers(engine, clients, restarts))
+    engine.refused = {}
+    procs.extend(_servers(engine, clients, mps_events))
     taken = {p.pid for p in procs if not p.mps_server}
     for server in procs:
         if server.mps_server and server.pid in taken:
@@ -83,45 +90,85 @@ def build_processes(engine: Engine, where: str) -> list[Proc]:
     return procs
 
 
-def _servers(engine: Engine, clients, restarts) -> list[Proc]:
+def _servers(engine: Engine, clients, mps_events) -> list[Proc]:
+    """MPS servers, one per up-period of each MPS device.
+
+    A server spawns with its device's first client and stays up (like the real one) until
+    the device goes away, a reset or removal ends everything on the GPU, or it dies
+    (``mps_server_death``). An ``mps_restart`` replaces it at once (new generation, new
+    pid); after a death, the control daemon is gone: clients that start are refused
+    (``engine.refused``) until an ``mps_restart``, after which the next client spawns one.
+    """
     generation: dict[tuple[int, int], int] = defaultdict(int)
     servers = []
     for (key, epoch_start), members in sorted(clients.items()):
         gpu = key[0]
         inst = engine.devices[key].instance
         slot = 0 if inst is None else inst.gi + 1
-        start = min(p.start for p in members)
-        end = engine.epoch(gpu, start).end
-        cuts = sorted({at for at, k in restarts if k == key and start < at < end})
-        for lo, hi in zip([start, *cuts], [*cuts, end]):
+        epoch_end = engine.epoch(gpu, epoch_start).end
+        # (time, order, what, client): at one instant cuts, deaths and restarts come before starts
+        steps = [(t, 0, "cut", None) for t in engine.lifecycle.cuts(gpu) if epoch_start <= t < epoch_end]
+        steps += [(t, 1 if kind == "mps_server_death" else 2, kind, None)
+                  for t, k, kind in mps_events if k == key and epoch_start <= t < epoch_end]
+        steps += [(p.start, 3, "start", p) for p in members]
+        up_since, daemon = None, True
+
+        def close(t):
             gen = generation[(gpu, slot)]
             generation[(gpu, slot)] += 1
             pid = MPS_SERVER_PID_BASE + 10000 * gen + 100 * gpu + slot
             servers.append(Proc(pid, MPS_SERVER_NAME, MPS_SERVER_NAME, {}, key,
-                                None if inst is None else inst.gi, lo, hi,
-                                ((lo, float(MPS_SERVER_MEMORY)),), {}, False, True, None))
+                                None if inst is None else inst.gi, up_since, t,
+                                ((up_since, float(MPS_SERVER_MEMORY)),), {}, False, True, None))
+
+        for t, _, what, p in sorted(steps, key=lambda s: (s[0], s[1], s[3].pid if s[3] else 0)):
+            if what == "start":
+                if not daemon:
+                    p.killed_at = p.start  # cannot connect: never runs
+                    engine.refused.setdefault(p.start, []).append(p)
+                elif up_since is None:
+                    up_since = t
+            elif what == "mps_restart":
+                daemon = True
+                if up_since is not None:
+                    close(t)
+                    up_since = t
+            elif up_since is not None:  # cut or death: the server is gone
+                close(t)
+                up_since = None
+                daemon = daemon and what == "cut"
+            elif what == "mps_server_death":
+                daemon = False
+        if up_since is not None:
+            close(epoch_end)
     return servers
 
 
-def mps_restarts(engine: Engine, events: list[EventSpec], where: str) -> list[tuple[float, DeviceKey]]:
-    """(time, device) of every mps_restart; gi None on a MIG GPU restarts all its instances."""
+def mps_device_events(engine: Engine, events: list[EventSpec], where: str) -> list[tuple[float, DeviceKey, str]]:
+    """(time, device, kind) of every mps_restart and mps_server_death; a restart with gi None
+    on a MIG GPU restarts all its instances."""
     result = []
     for e in events:
-        if e.kind != "mps_restart":
+        if e.kind not in ("mps_restart", "mps_server_death"):
             continue
         gpu = _event_gpu(engine, e, where)
         ep = engine.epoch(gpu, e.at)
         if not ep.mig_enabled:
-            result.append((e.at, (gpu, 0)))
+            result.append((e.at, (gpu, 0), e.kind))
         elif e.gi is None:
-            result.extend((e.at, (gpu, inst.serial)) for inst in ep.instances)
+            result.extend((e.at, (gpu, inst.serial), e.kind) for inst in ep.instances)
         else:
-            result.append((e.at, (gpu, _instance(ep, e, where).serial)))
+            result.append((e.at, (gpu, _instance(ep, e, where).serial), e.kind))
     return result
 
 
+def mps_restarts(engine: Engine, events: list[EventSpec], where: str) -> list[tuple[float, DeviceKey]]:
+    """(time, device) of every mps_restart (see mps_device_events for deaths too)."""
+    return [(at, key) for at, key, kind in mps_device_events(engine, events, where) if kind == "mps_restart"]
+
+
 def resolve_events(engine: Engine, events: list[EventSpec], where: str):
-    """(restarts, xids, faults) from the scenario events, sorted by time."""
+    """(MPS device events, xids, faults) from the scenario events, sorted by time."""
     xids, faults = [], []
     for e in events:
         if e.kind == "xid":
@@ -130,13 +177,20 @@ def resolve_events(engine: Engine, events: list[EventSpec], where: str):
             if e.gi is not None:
                 gi = _instance(engine.epoch(gpu, e.at), e, where).gi
             xids.append(XidEvent(e.at, gpu, 999 if e.xid is None else e.xid, gi))
-        elif e.kind == "gpu_lost":
-            faults.append(FaultWindow("*", _event_gpu(engine, e, where), "GpuIsLost", e.at, None))
-        elif e.kind == "fault" and e.fault is not None:
+        elif e.kind == "gpu_lost":  # lost until the GPU is reset (or for good)
+            gpu = _event_gpu(engine, e, where)
+            faults.append(FaultWindow("*", gpu, "GpuIsLost", e.at, engine.lifecycle.next_reset(gpu, e.at),
+                                      ident=len(faults)))
+        elif e.fault is not None:  # fault, nvml_init_failure, driver_mismatch
             f = e.fault
             gpu = f.gpu if f.gpu is not None else e.gpu
-            faults.append(FaultWindow(f.call, gpu, f.error, e.at, f.until, f.delay_seconds))
-    return mps_restarts(engine, events, where), xids, faults
+            scope = {}
+            if f.mig is not None:
+                inst = engine.epoch(gpu, e.at).instances[f.mig]
+                scope = dict(serial=inst.serial, gi=inst.gi, mig_index=inst.mig_index)
+            faults.append(FaultWindow(f.call, gpu, f.error, e.at, f.until, f.delay_seconds,
+                                      f.probability, ident=len(faults), **scope))
+    return mps_device_events(engine, events, where), xids, faults
 
 
 def _event_gpu(engine: Engine, e: EventSpec, where: str) -> int:

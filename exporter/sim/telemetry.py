@@ -17,7 +17,9 @@ Rules (each chosen to be simple and monotone in load, not to model silicon):
   2% of the limit), 17.5% of max when idle; memory always max; video max busy, 30% idle.
 - Clock event reasons: GpuIdle when no process runs, SwPowerCap when power >= 98% of the
   limit, plus the scenario's ``clock_event_reasons`` entry in force.
-- ECC counts: the scenario timelines (cumulative), default 0.
+- ECC counts: the scenario timelines (cumulative, = aggregate), default 0; volatile counts
+  start again from 0 at each GPU reset.
+- PCIe throughput: the scenario's pcie_tx/rx_bytes_per_second timelines, default 0.
 """
 
 from __future__ import annotations
@@ -150,11 +152,22 @@ class Telemetry:
             reasons.update("".join(w[:1].upper() + w[1:] for w in n.split("_")) for n in in_force[-1])
         return reasons
 
-    def ecc_errors(self, gpu: int, t: float, uncorrected: bool) -> int:
-        """Cumulative ECC error count at t."""
+    def ecc_errors(self, gpu: int, t: float, uncorrected: bool, volatile: bool = False) -> int:
+        """ECC error count at t: aggregate (the scenario's cumulative timeline), or volatile
+        (since the last GPU reset, when NVML clears the volatile counters)."""
         spec = self.engine.gpus[gpu]
         timeline = spec.ecc_uncorrected if uncorrected else spec.ecc_corrected
-        return int(round(timeline_value(timeline, t))) if timeline else 0
+        if not timeline:
+            return 0
+        count = int(round(timeline_value(timeline, t)))
+        reset = self.engine.lifecycle.last_reset(gpu, t) if volatile else None
+        return count if reset is None else count - int(round(timeline_value(timeline, reset)))
+
+    def pcie_bytes_per_second(self, gpu: int, t: float) -> tuple[float, float]:
+        """(TX, RX) PCIe throughput in bytes/s: the scenario's timelines, else 0."""
+        spec = self.engine.gpus[gpu]
+        return tuple(timeline_value(tl, t) if tl else 0.0
+                     for tl in (spec.pcie_tx_bytes_per_second, spec.pcie_rx_bytes_per_second))
 
     def mean_activity(self, key: DeviceKey | None, gpu: int, t1: float, t2: float) -> dict[str, float]:
         """Average activity over [t1, t2] of a device (key) or the GPU (key None), as GPM
