@@ -117,6 +117,11 @@ class Poller:
         """The backend's ``name`` (nvml, dcgm)."""
         return self._stats.backend
 
+    @property
+    def backend_reason(self) -> str:
+        """Why this backend reads the GPUs (``--backend auto`` tells what it found)."""
+        return str(getattr(self.backend, "reason", "") or "")
+
     def health(self) -> Health:
         """Healthy while the latest successful poll is younger than STALE_AFTER_INTERVALS intervals."""
         stats = self._stats
@@ -152,6 +157,8 @@ class Poller:
                 self._snapshot = snapshot
                 self._stats = dataclasses.replace(
                     self._stats,
+                    # --backend auto decides which backend it is when it opens, not before.
+                    backend=str(getattr(self.backend, "name", self._stats.backend)),
                     polls_ok=self._stats.polls_ok + 1,
                     last_duration_seconds=end - start,
                     last_success_timestamp=self._wall_clock(),

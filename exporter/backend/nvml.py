@@ -28,7 +28,7 @@ from exporter.backend.nvml_types import NA, SECTIONS, DeviceTag, GpuLostError, M
 from exporter.backend.procinfo import ProcFs
 from exporter.identity import Identifier
 from exporter.errors import NoGpuError
-from exporter.snapshot import GpuInfo, Snapshot
+from exporter.snapshot import GpuInfo, Snapshot, SourceStatus
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,8 @@ _ARG_SCOPED = frozenset({
     "nvmlDeviceGetGpuInstanceProfileInfo",
     "nvmlGpmMigSampleGet",
 })
+
+_NVML_SOURCES = {"nvml": SourceStatus(True)}
 
 # A "not available" answer is remembered (the call is skipped) for this many polls, then
 # asked again in case a reset or driver change made it available.
@@ -256,6 +258,7 @@ class NvmlBackend:
         self.readers: list[GpuReader] = []
         self._workers: list[_GpuWorker] = []
         self._open = False
+        self.reason = ""  # why this backend was chosen (set by exporter.backend.choose)
 
     def open(self) -> None:
         """nvmlInit and discover GPUs; NoGpuError (one line) when there is no driver or GPU."""
@@ -312,6 +315,8 @@ class NvmlBackend:
             gpus=tuple(gpus),
             call_errors=self.caller.errors_snapshot(),
             section_ok={s: s not in failed for s in SECTIONS},
+            sources=_NVML_SOURCES,
+            backend_reason=self.reason,
         )
 
     @property

@@ -11,7 +11,8 @@ from exporter.errors import NoGpuError, UserError
 from exporter.logging_setup import configure_logging
 
 HELP = "poll the GPUs once and print what was read, as JSON"
-SETTINGS = ("backend", "simulate", "speed", "log_level", "log_format", "procfs", "gpu_timeout")
+SETTINGS = ("backend", "simulate", "speed", "log_level", "log_format", "procfs", "gpu_timeout", "dcgm_address",
+            "dcgm_bindings")
 
 
 def _at_seconds(text: str) -> float:
