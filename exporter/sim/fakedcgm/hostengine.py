@@ -116,6 +116,7 @@ class HostEngine(WatchCalls):
         self._handle_ids = itertools.count(0x1000)
         self._standalone: _Engine | None = None
         self._unsupported = frozenset(spec.unsupported_fields)
+        self._rows = None  # (epochs, hierarchy rows, (entity group, id) -> (gpu, instance))
         order = spec.gpu_ids or tuple(sorted(sim.engine.gpus))
         self._gpu_of_id = dict(zip(order, sorted(sim.engine.gpus)))
         self._id_of_gpu = {gpu: gid for gid, gpu in self._gpu_of_id.items()}
@@ -247,6 +248,13 @@ class HostEngine(WatchCalls):
         """(entity group, entity id, parent group, parent id, gpu, instance) rows, GIs and CIs."""
         if engine.kind == "embedded" and not self.spec.root:
             return []  # a non-root engine could not read MIG state (and did not start with it on)
+        epochs = tuple(self.sim.engine.epoch(gpu) for gpu in sorted(self.sim.engine.gpus))
+        if self._rows is None or self._rows[0] != epochs:  # the layout changes only at reconfigures
+            rows = self._build_rows()
+            self._rows = (epochs, rows, {(r[0], r[1]): (r[4], r[5]) for r in rows})
+        return self._rows[1]
+
+    def _build_rows(self):
         rows = []
         for gpu in sorted(self.sim.engine.gpus):
             epoch = self.sim.engine.epoch(gpu)
@@ -287,10 +295,8 @@ class HostEngine(WatchCalls):
         if eg == FE_GPU:
             gpu = self._gpu_of_id.get(eid)
             return None if gpu is None else (gpu, None)
-        if eg in (FE_GPU_I, FE_GPU_CI):
-            for row_eg, row_id, _, _, gpu, inst in self._hierarchy_rows(engine):
-                if (row_eg, row_id) == (eg, eid):
-                    return gpu, inst
+        if eg in (FE_GPU_I, FE_GPU_CI) and self._hierarchy_rows(engine):
+            return self._rows[2].get((eg, eid))
         return None
 
     def _gpu_has_gpm(self, gpu: int) -> bool:
