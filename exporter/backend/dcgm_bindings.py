@@ -71,8 +71,9 @@ def _import_from(directory: str) -> Bindings:
         origin = getattr(module, "__file__", None) or ""
         if module is not None and os.path.dirname(os.path.realpath(origin)) != real:
             del sys.modules[name]
-    if directory not in sys.path:
-        sys.path.insert(0, directory)  # the modules import each other by bare name
+    if directory in sys.path:
+        sys.path.remove(directory)
+    sys.path.insert(0, directory)  # the modules import each other by bare name: this copy first
     try:
         modules = [importlib.import_module(name) for name in MODULES]
     except Exception as exc:  # noqa: BLE001 - a broken install is reported, never raised through
