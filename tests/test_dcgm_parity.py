@@ -1,6 +1,7 @@
 """Parity: every shipped scenario exports the same series through the DCGM and NVML backends.
 
-For each scenario and virtual time of tests/test_golden_metrics.py, both backends poll at
+For each shipped scenario, at the virtual times of tests/test_golden_metrics.py (others: a
+minute in and half-way through, and inside every DCGM fault window), both backends poll at
 t-2, t-1 and t (by t-1 the DCGM backend has mapped its entities and watched its fields, and
 both GPM and DCGM average over [t-1, t] at t). Every sample both export must carry the same
 labels and the same value; the only differences allowed are listed here, with why.
@@ -38,7 +39,18 @@ def excluded(name: str, labels: dict) -> bool:
             or name == "gpushare_exporter_poll_errors_total")
 
 
-@pytest.mark.parametrize("scenario,at", [(s, t) for s, times in CASES.items() for t in times])
+def shipped_cases() -> list[tuple[str, float]]:
+    cases = []
+    for path in sorted(SCENARIOS.glob("*.yaml")):
+        spec = load_scenario(path)
+        times = set(CASES.get(path.stem, [60, (spec.duration or 600) // 2]))
+        if spec.dcgm is not None:
+            times |= {f.start + 30 for f in spec.dcgm.faults}
+        cases += [(path.stem, t) for t in sorted(times)]
+    return cases
+
+
+@pytest.mark.parametrize("scenario,at", shipped_cases())
 def test_dcgm_and_nvml_export_the_same_series(scenario, at):
     path = SCENARIOS / f"{scenario}.yaml"
     spec = load_scenario(path)
