@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from exporter.backend.dcgm_bindings import Bindings
 from exporter.backend.dcgm_caller import FUNCTION_NOT_FOUND, PROFILING_NOT_SUPPORTED, DcgmCaller, DcgmError
-from exporter.backend.dcgm_values import DEVICE_FIELDS, PROFILING_FIELDS, Reading, decode
+from exporter.backend.dcgm_values import DEVICE_FIELDS, PROFILING_FIELDS, Decoder, Reading
 
 FE_GPU, FE_GPU_I = 1, 4  # dcgm_fields.DCGM_FE_GPU / DCGM_FE_GPU_I
 CONNECT_TIMEOUT_MS = 2000
@@ -71,6 +71,8 @@ class DcgmSession:
         self.profiling: dict[int, ProfilingWatch] = {}  # NVML index -> its watch
         self._field_groups: dict[tuple[int, ...], object] = {}
         self._seq = itertools.count(1)
+        self._decode = Decoder(bindings)
+        self._pair_cache: dict[tuple, list] = {}
 
     @property
     def where(self) -> str:
@@ -163,7 +165,10 @@ class DcgmSession:
                 self.gi_entities[index][int(row.entity.entityId)] = int(row.info.nvmlInstanceId)
 
     def gpu_id(self, index: int) -> int | None:
-        return next((gid for gid, i in self.gpu_index.items() if i == index), None)
+        for gpu_id, i in self.gpu_index.items():
+            if i == index:
+                return gpu_id
+        return None
 
     # -- watches -------------------------------------------------------------------------------
 
@@ -228,17 +233,32 @@ class DcgmSession:
 
     # -- reading -------------------------------------------------------------------------------
 
+    def _pairs(self, entities: list[tuple[int, int]]) -> list:
+        """c_dcgmGroupEntityPair_t for each entity (kept: the same lists are read every poll)."""
+        key = tuple(entities)
+        pairs = self._pair_cache.get(key)
+        if pairs is None:
+            pairs = []
+            for entity_group, entity_id in entities:
+                pair = self.b.structs.c_dcgmGroupEntityPair_t()
+                pair.entityGroupId, pair.entityId = entity_group, entity_id
+                pairs.append(pair)
+            if len(self._pair_cache) > 64:  # entity sets change only when GPUs or MIG layouts do
+                self._pair_cache.clear()
+            self._pair_cache[key] = pairs
+        return pairs
+
     def _latest(self, entities: list[tuple[int, int]], fields: tuple[int, ...]):
-        structs = self.b.structs
-        pairs = []
-        for entity_group, entity_id in entities:
-            pair = structs.c_dcgmGroupEntityPair_t()
-            pair.entityGroupId, pair.entityId = entity_group, entity_id
-            pairs.append(pair)
+        pairs = self._pairs(entities)
         values = self.caller.call("dcgmEntitiesGetLatestValues", self.handle, pairs, list(fields), 0)
         out: dict[tuple[int, int], dict[int, Reading]] = {}
+        decode = self._decode
         for fv in values:  # the order of the returned values is not guaranteed
-            out.setdefault((int(fv.entityGroupId), int(fv.entityId)), {})[int(fv.fieldId)] = decode(self.b, fv)
+            entity = (fv.entityGroupId, fv.entityId)
+            per_entity = out.get(entity)
+            if per_entity is None:
+                per_entity = out[entity] = {}
+            per_entity[fv.fieldId] = decode(fv)
         return out
 
     def read_device(self) -> dict[int, dict[int, Reading]]:

@@ -49,7 +49,7 @@ PROFILING_PROVIDES = frozenset({"activity", "mig_activity"})
 FIELD_LABELS = {fid: f"dcgm:{fid}:{what}" for fid, what in {**DEVICE_FIELDS, **PROFILING_FIELDS}.items()}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Reading:
     """One field value as read: ``value`` None when blank or failed; ``status`` the DCGM_ST_* code."""
 
@@ -57,22 +57,44 @@ class Reading:
     status: int = 0
 
 
+class Decoder:
+    """c_dcgmFieldValue_v1/v2 -> Reading, with the bindings' blank sentinels (read once).
+
+    A value is blank when it is at or above its type's BLANK sentinel (dcgmvalue's
+    DCGM_*_IS_BLANK test); the comparisons are inlined because a poll decodes one value per
+    (entity, field), hundreds on a MIG node.
+    """
+
+    def __init__(self, bindings):
+        fields, value = bindings.fields, bindings.value
+        self.double = ord(fields.DCGM_FT_DOUBLE)
+        self.ints = (ord(fields.DCGM_FT_INT64), ord(fields.DCGM_FT_TIMESTAMP))
+        self.string = ord(fields.DCGM_FT_STRING)
+        self.fp64_blank = value.DCGM_FP64_BLANK
+        self.int64_blank = value.DCGM_INT64_BLANK
+        self.str_is_blank = value.DCGM_STR_IS_BLANK
+
+    def __call__(self, fv) -> Reading:
+        status = fv.status
+        if status != 0:
+            return Reading(None, int(status))
+        kind = fv.fieldType
+        kind = ord(kind) if isinstance(kind, str) else kind
+        if kind == self.double:
+            number = fv.value.dbl
+            return Reading(None if number >= self.fp64_blank else float(number))
+        if kind in self.ints:
+            number = fv.value.i64
+            return Reading(None if number >= self.int64_blank else int(number))
+        if kind == self.string:
+            text = fv.value.str
+            return Reading(None if self.str_is_blank(text) else str(text))
+        return Reading(None)
+
+
 def decode(bindings, fv) -> Reading:
-    """A c_dcgmFieldValue_v1/v2 -> Reading, with the bindings' own blank tests."""
-    if fv.status != 0:
-        return Reading(None, int(fv.status))
-    kind = chr(fv.fieldType) if isinstance(fv.fieldType, int) else str(fv.fieldType)
-    checks = bindings.value
-    if kind == bindings.fields.DCGM_FT_DOUBLE:
-        value = fv.value.dbl
-        return Reading(None if checks.DCGM_FP64_IS_BLANK(value) else float(value))
-    if kind in (bindings.fields.DCGM_FT_INT64, bindings.fields.DCGM_FT_TIMESTAMP):
-        value = fv.value.i64
-        return Reading(None if checks.DCGM_INT64_IS_BLANK(value) else int(value))
-    if kind == bindings.fields.DCGM_FT_STRING:
-        value = fv.value.str
-        return Reading(None if checks.DCGM_STR_IS_BLANK(value) else str(value))
-    return Reading(None)
+    """One value (see Decoder; use a Decoder for many)."""
+    return Decoder(bindings)(fv)
 
 
 def device_values(values: Mapping[int, object | None]) -> dict:
