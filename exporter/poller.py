@@ -218,6 +218,8 @@ class Poller:
             raise RuntimeError("poller already started")
         self.backend.open()
         self._opened = True
+        # --backend auto knows which backend it is only now.
+        self._stats = dataclasses.replace(self._stats, backend=str(getattr(self.backend, "name", self._stats.backend)))
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="gpushare-poller", daemon=True)
         self._thread.start()

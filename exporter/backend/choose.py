@@ -32,6 +32,7 @@ class DcgmOptions:
     bindings_dirs: tuple[str, ...] = dcgm_bindings.INSTALL_DIRS
     address: DcgmAddress | None = None
     interval: float = 1.0
+    bindings_label: str | None = None  # how messages name where the bindings are (default: the directory)
 
 
 def open_backend(kind: str, nvml, options: DcgmOptions):
@@ -44,9 +45,10 @@ def open_backend(kind: str, nvml, options: DcgmOptions):
         if kind == "dcgm":
             raise UserError(f"--backend dcgm: {exc}") from None
         return open_nvml(nvml, f"--backend auto: {exc}")
+    where = options.bindings_label or bindings.directory
     if kind == "dcgm":
         backend = DcgmBackend(nvml, bindings, options.address, options.interval,
-                              reason=f"--backend dcgm: DCGM bindings from {bindings.directory}")
+                              reason=f"--backend dcgm: DCGM bindings from {where}")
         backend.open()
         return backend
     session = DcgmSession(bindings, DcgmCaller(bindings), options.address, options.interval)
@@ -54,10 +56,10 @@ def open_backend(kind: str, nvml, options: DcgmOptions):
         session.connect()
     except DcgmError as exc:
         session.close()
-        return open_nvml(nvml, f"--backend auto: DCGM bindings found in {bindings.directory} but "
+        return open_nvml(nvml, f"--backend auto: DCGM bindings found in {where} but "
                            f"{reason_for(exc, session.where)}")
     backend = DcgmBackend(nvml, bindings, options.address, options.interval, session=session,
-                          reason=f"--backend auto: DCGM bindings in {bindings.directory} and {session.where} "
+                          reason=f"--backend auto: DCGM bindings in {where} and {session.where} "
                                  f"(DCGM {session.version or 'version unknown'}) answered")
     try:
         backend.open()

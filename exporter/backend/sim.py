@@ -96,10 +96,9 @@ class SimBackend:
                 raise UserError(f"--backend dcgm: the simulated host has no DCGM ({self.scenario.source}: {why})")
             return open_nvml(self.nvml, f"--backend auto: the simulated host has no DCGM ({why})")
         self.dcgm_lib = fakedcgm.install(self.sim, spec)
-        options = dataclasses.replace(self._dcgm_options, bindings_dirs=(fakedcgm.BINDINGS_DIR,))
-        backend = open_backend(self.kind, self.nvml, options)
-        backend.reason = backend.reason.replace(fakedcgm.BINDINGS_DIR, "the simulated host")
-        return backend
+        options = dataclasses.replace(self._dcgm_options, bindings_dirs=(fakedcgm.BINDINGS_DIR,),
+                                      bindings_label="the simulated host")
+        return open_backend(self.kind, self.nvml, options)
 
     def _uninstall_dcgm(self) -> None:
         if self.dcgm_lib is not None:
