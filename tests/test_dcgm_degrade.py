@@ -202,3 +202,23 @@ def test_backend_dcgm_on_a_host_without_dcgm_is_one_line(tmp_path):
     path = scenario(tmp_path, {"installed": False})
     with pytest.raises(UserError, match=r"^--backend dcgm: the simulated host has no DCGM \(.*installed: false\)$"):
         Run(path, "dcgm")
+
+
+def test_profiling_fields_that_need_several_passes_are_narrowed(tmp_path, monkeypatch, caplog):
+    """A GPU that cannot collect all eight profiling fields in one pass (-38) gets the widest set it
+    can: SM, tensor, DRAM and graphics activity still come, the warning says which were dropped."""
+    from exporter.sim.fakedcgm import hostwatch
+
+    original = hostwatch.WatchCalls._profiling_watch_status
+
+    def at_most_four(self, gpu, profiling):
+        return -38 if len(profiling) > 4 else original(self, gpu, profiling)
+
+    monkeypatch.setattr(hostwatch.WatchCalls, "_profiling_watch_status", at_most_four)
+    caplog.set_level(logging.WARNING, logger="exporter.backend")
+    series = scrape_at(scenario(tmp_path, {}), "dcgm", [0, 5, 10], interval=5.0)
+    assert a100_activity(series) == [pytest.approx(0.6), pytest.approx(0.3)]
+    assert value(series, "gpushare_mig_tensor_active_ratio", gi="2") is not None
+    assert value(series, "gpushare_mig_fp64_active_ratio", gi="2") is None  # dropped: absent, not 0
+    assert value(series, "gpushare_exporter_source_available", source="dcgm_profiling") == 1
+    assert any("in one pass (-38)" in r.getMessage() for r in caplog.records)

@@ -19,7 +19,7 @@ from exporter.backend import dcgm_bindings
 from exporter.backend.dcgm import DcgmBackend
 from exporter.backend.dcgm_caller import DcgmCaller, DcgmError
 from exporter.backend.dcgm_session import DcgmAddress, DcgmSession
-from exporter.backend.dcgm_source import reason_for
+from exporter.backend.dcgm_status import reason_for
 from exporter.errors import UserError
 
 log = logging.getLogger(__name__)

@@ -7,28 +7,38 @@ instances): on a new connection or a changed layout it maps DCGM's entities to N
 makes the watches, so that the next poll reads them.
 
 Degrade, never die: every failure leaves the source unavailable with a one-line reason
-(logged once, when it changes) and is retried every ``retry_polls`` polls; meanwhile the
-NVML reader reads what DCGM would have supplied, so only activity pre-Hopper goes missing.
+(logged once, when it changes) and is retried after a delay that fits its cause (RETRY_SECONDS:
+a host engine coming back or profiling counters released are noticed within a second, a
+missing package or root every minute or half); meanwhile the NVML reader reads what DCGM
+would have supplied, so only activity pre-Hopper goes missing. Reasons: dcgm_status.py.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 
 from exporter.backend.dcgm_bindings import Bindings
 from exporter.backend.dcgm_caller import (
-    CONNECTION_LOST, LIBRARY_NOT_FOUND, MODULE_NOT_LOADED, NO_DATA, NOT_SUPPORTED, NOT_WATCHED,
-    PROFILING_LIBRARY_ERROR, PROFILING_NOT_SUPPORTED, REQUIRES_ROOT, VER_MISMATCH, DcgmCaller, DcgmError,
+    CONNECTION_LOST, NO_DATA, NOT_SUPPORTED, NOT_WATCHED, PROFILING_MULTI_PASS, PROFILING_NOT_SUPPORTED, DcgmCaller,
+    DcgmError,
 )
 from exporter.backend.dcgm_session import DcgmAddress, DcgmSession
+from exporter.backend.dcgm_status import SourceLog, reason_for, single_pass_candidates
 from exporter.backend.dcgm_values import FIELD_LABELS, Reading
 from exporter.snapshot import SourceStatus
 
 log = logging.getLogger(__name__)
 
-RETRY_SECONDS = 5.0  # how often a failed connect or watch is tried again
+# Seconds before a failed connect or watch is tried again, by DCGM_ST_* code: cheap retries for
+# what clears by itself (an engine restarting: a refused connect costs microseconds; counters
+# released by a profiler), slow ones for what needs a person (a package, root, an upgrade).
+RETRY_SECONDS = {-21: 1.0, -37: 1.0, -12: 5.0, -33: 60.0, -29: 30.0}
+RETRY_DEFAULT_SECONDS = 5.0
+SLOW_CONNECT_SECONDS = 0.25  # a failed connect slower than this hit the connect timeout
+SLOW_RETRY_SECONDS = 15.0
 BLANK_POLLS = 2  # profiling values blank this many polls in a row: paused or taken by another tool
 
 
@@ -51,44 +61,6 @@ class DcgmReading:
     value_errors: list[tuple[str, str, str]] = field(default_factory=list)  # (section, call, error)
 
 
-def reason_for(exc: DcgmError, where: str) -> str:
-    """One line saying what a DCGM failure means and what to do about it."""
-    hints = {
-        LIBRARY_NOT_FOUND: "libdcgm.so not found (install datacenter-gpu-manager-4-core or set LD_LIBRARY_PATH)",
-        REQUIRES_ROOT: f"{where} needs root while MIG is enabled (-29): run the exporter as root or use "
-                       "--dcgm-address to read from nv-hostengine",
-        VER_MISMATCH: f"{where} answered 'API version mismatch' (-12): run nv-hostengine and the DCGM "
-                      "bindings of the same version",
-        MODULE_NOT_LOADED: "DCGM's profiling module is not loaded (-33): install "
-                           "datacenter-gpu-manager-4-proprietary (or DCGM's profiling package)",
-        PROFILING_LIBRARY_ERROR: "profiling module busy (-37): another tool (Nsight Systems/Compute, CUPTI, a "
-                                 "second DCGM) holds the GPU performance counters",
-    }
-    if exc.code in hints:
-        return hints[exc.code]
-    if exc.code in CONNECTION_LOST:
-        return f"{where} is not reachable ({exc.message}, {exc.code})"
-    return f"{exc.call} failed on {where}: {exc.message} ({exc.error})"
-
-
-class SourceLog:
-    """Logs each source's reason once when it appears or changes, and its recovery."""
-
-    def __init__(self) -> None:
-        self._last: dict[str, SourceStatus] = {}
-
-    def update(self, sources: dict[str, SourceStatus]) -> None:
-        for name, status in sources.items():
-            previous = self._last.get(name)
-            if status == previous:
-                continue
-            if not status.available:
-                log.warning("source %s unavailable: %s", name, status.reason)
-            elif previous is not None:
-                log.info("source %s available again", name)
-            self._last[name] = status
-
-
 class DcgmSource:
     """The DCGM half of the backend; see the module docstring."""
 
@@ -98,7 +70,6 @@ class DcgmSource:
         self.caller = session.caller if session is not None else DcgmCaller(bindings)
         self.address = address
         self.interval = interval
-        self.retry_polls = max(1, math.ceil(RETRY_SECONDS / interval))
         self.session = session  # connected, or None
         self.down_reason = ""  # why session is None
         self.errors: dict[tuple[str, str], int] = {}  # cumulative value/call failures
@@ -108,11 +79,23 @@ class DcgmSource:
         self._view: NvmlView | None = None
         self._profiling: dict[int, tuple[str, str, int]] = {}  # index -> (state, reason, retry poll)
         self._blank: dict[int, int] = {}
+        self._narrowed: set[int] = set()  # GPUs warned about a narrowed profiling watch
+        self._slow_connect = False
         self.log = SourceLog()
 
     @property
     def where(self) -> str:
         return "the embedded host engine" if self.address is None else f"nv-hostengine at {self.address}"
+
+    def _polls_for(self, seconds: float) -> int:
+        return max(1, math.ceil(seconds / self.interval))
+
+    def _retry_polls(self, exc: DcgmError) -> int:
+        """Polls to wait before trying again after ``exc`` (see RETRY_SECONDS)."""
+        seconds = RETRY_SECONDS.get(exc.code, RETRY_DEFAULT_SECONDS)
+        if self._slow_connect:
+            seconds = max(seconds, SLOW_RETRY_SECONDS)
+        return self._polls_for(seconds)
 
     # -- per poll -------------------------------------------------------------------------------
 
@@ -159,12 +142,16 @@ class DcgmSource:
         if self.session is not None or self._polls < self._next_connect:
             return
         session = DcgmSession(self.bindings, self.caller, self.address, self.interval)
+        started = time.monotonic()
         try:
             session.connect()
         except DcgmError:
             session.close()
+            # A refused connect returns at once and is cheap to repeat; one that ran into the
+            # connect timeout (an unreachable address) would hold every poll up: try it rarely.
+            self._slow_connect = time.monotonic() - started > SLOW_CONNECT_SECONDS
             raise
-        self.session, self.down_reason, self._mapped = session, "", False
+        self.session, self.down_reason, self._mapped, self._slow_connect = session, "", False, False
         log.info("connected to %s (DCGM %s)", self.where, session.version or "version unknown")
 
     def _drop(self, exc: DcgmError) -> None:
@@ -174,7 +161,7 @@ class DcgmSource:
             self.session = None
         self._mapped = False
         self._profiling.clear()
-        self._next_connect = self._polls + self.retry_polls
+        self._next_connect = self._polls + self._retry_polls(exc)
 
     def _map_and_watch(self) -> None:
         session = self.session
@@ -186,7 +173,7 @@ class DcgmSource:
         missing_module = None
         for index in sorted(session.gpu_index.values()):
             if missing_module is not None:
-                self._profiling[index] = ("failed", missing_module, self._polls + self.retry_polls)
+                self._profiling[index] = ("failed", missing_module, self._polls + self._polls_for(RETRY_SECONDS[-33]))
                 continue
             self._watch_profiling(index)
             state = self._profiling[index]
@@ -198,7 +185,18 @@ class DcgmSource:
     def _watch_profiling(self, index: int) -> None:
         try:
             fields = self.session.supported_profiling(index)
-            self.session.watch_profiling(index, fields)
+            for n, subset in enumerate(single_pass_candidates(fields)):
+                try:
+                    self.session.watch_profiling(index, subset)
+                except DcgmError as exc:
+                    if exc.code != PROFILING_MULTI_PASS or n == len(single_pass_candidates(fields)) - 1:
+                        raise
+                    continue
+                if subset != fields and index not in self._narrowed:
+                    self._narrowed.add(index)
+                    log.warning("GPU %d: DCGM cannot collect profiling fields %s in one pass (-38); watching %s",
+                                index, list(fields), list(subset))
+                break
             self._profiling[index] = ("watched", "", 0)
         except DcgmError as exc:
             if exc.code in CONNECTION_LOST:
@@ -206,7 +204,7 @@ class DcgmSource:
             if exc.code in (PROFILING_NOT_SUPPORTED, NOT_SUPPORTED):
                 self._profiling[index] = ("unsupported", f"GPU {index} has no DCGM profiling metrics", 0)
             else:
-                self._profiling[index] = ("failed", reason_for(exc, self.where), self._polls + self.retry_polls)
+                self._profiling[index] = ("failed", reason_for(exc, self.where), self._polls + self._retry_polls(exc))
 
     def _retry_profiling(self) -> None:
         due = [i for i, (state, _, at) in self._profiling.items() if state == "failed" and self._polls >= at]

@@ -7,6 +7,7 @@ Each command module provides ``HELP`` (one line), ``add_arguments(parser)`` and
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from typing import Iterable
 
@@ -14,6 +15,8 @@ from exporter.config import DEFAULT_PORT, Settings, flag_type, load_settings
 from exporter.errors import NoGpuError, UserError
 from exporter.identity import Identifier
 from exporter.poller import Backend
+
+log = logging.getLogger(__name__)
 
 # A scenario shipped in examples/: what to try on a machine without a GPU.
 EXAMPLE_SCENARIO = "examples/scenarios/wan22-h100-mps-together.yaml"
@@ -86,6 +89,8 @@ def dcgm_options(settings: Settings, interval: float | None = None):
 def make_backend(settings: Settings) -> Backend:
     """The backend the settings ask for, constructed but not opened (--backend auto decides at open)."""
     options = dcgm_options(settings)
+    if settings.backend == "nvml" and (settings.dcgm_address or settings.dcgm_bindings):
+        log.warning("--dcgm-address and --dcgm-bindings are ignored with --backend nvml")
     if settings.simulate is not None:
         if not os.path.isfile(settings.simulate):
             raise UserError(f"--simulate {settings.simulate}: no such file")

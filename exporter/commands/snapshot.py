@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 
 from exporter import commands, snapshot_json
 from exporter.errors import NoGpuError, UserError
 from exporter.logging_setup import configure_logging
 
 HELP = "poll the GPUs once and print what was read, as JSON"
+DCGM_WARMUP_SECONDS = 1.0  # the update period snapshot's DCGM watches use (--interval's default)
 SETTINGS = ("backend", "simulate", "speed", "log_level", "log_format", "procfs", "gpu_timeout", "dcgm_address",
             "dcgm_bindings")
 
@@ -48,6 +50,11 @@ def run(args: argparse.Namespace) -> int:
             backend.step_to(max(0.0, args.at - 1.0))
             backend.poll()
             backend.step_to(args.at)
+        elif backend.name == "dcgm":
+            # DCGM's watches are made after the first poll and average over one update period:
+            # poll once, wait that period, and print the second poll.
+            backend.poll()
+            time.sleep(DCGM_WARMUP_SECONDS)
         snapshot = backend.poll()
     finally:
         backend.close()
