@@ -62,7 +62,8 @@ class DcgmBackend:
         snapshot = self.nvml.poll()
         self.source.observe(NvmlView(
             uuids={g.uuid: g.index for g in snapshot.gpus if g.uuid},
-            layout={g.index: frozenset(i.gi for i in g.mig_instances) for g in snapshot.gpus if g.up}))
+            layout={g.index: frozenset((i.gi, i.profile_id, i.mig_uuid) for i in g.mig_instances)
+                    for g in snapshot.gpus if g.up}))
         return self._merge(snapshot, reading, time.monotonic() - started)
 
     def _merge(self, snapshot: Snapshot, reading: DcgmReading, duration: float) -> Snapshot:

@@ -44,10 +44,13 @@ BLANK_POLLS = 2  # profiling values blank this many polls in a row: paused or ta
 
 @dataclass
 class NvmlView:
-    """What the previous NVML read saw: UUID -> index, and each up GPU's GPU-instance ids."""
+    """What the previous NVML read saw: UUID -> index, and each up GPU's MIG instances.
+
+    A recreated instance keeps its GI id but gets a new MIG UUID: that is a layout change too.
+    """
 
     uuids: dict[str, int]
-    layout: dict[int, frozenset[int]]
+    layout: dict[int, frozenset[tuple]]  # index -> {(GI id, profile id, MIG device UUID)}
 
 
 @dataclass
