@@ -94,7 +94,9 @@ evidence = Row("Evidence: where is capacity wasted or at risk, over the selected
                 Column("Average SM active", "percentunit", colored=True)),
         thresholds=((0.4, "green"), (0.9, "red")), base_color="orange", hide=("job", "uuid"), width=24,
         description="Orange (< 40 % memory and SMs): MigInstanceOversized, a smaller profile fits. Red (SMs > 90 %): "
-                    "MigInstanceComputeBound, a profile with more SMs helps."),
+                    "MigInstanceComputeBound, a profile with more SMs helps. The SM columns need an activity source "
+                    "(DCGM, or GPM on Hopper+): empty for A100/A30 read through NVML alone, where neither alert can "
+                    "fire (docs/alerts.md)."),
 ))
 
 recommend = Row("Recommend: which layout would fit the observed work better?", (

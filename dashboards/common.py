@@ -33,6 +33,22 @@ PROCESS_LEGEND = "{{instance}} GPU {{gpu}} {{process}} {{pid}}"
 
 GiB = 2**30
 
+# Where pipe activity comes from, and why it can be missing (shown in panel descriptions).
+ACTIVITY_SOURCE = ("Activity comes from DCGM (--backend dcgm, or auto where DCGM runs: every datacenter GPU since "
+                   "Volta, MIG instances included) or from NVML's GPM (Hopper and newer only). A100, A30 and other "
+                   "pre-Hopper GPUs read through NVML alone have none, and neither do their MIG instances; "
+                   "gpushare_exporter_source_available says whether DCGM delivers.")
+NO_ACTIVITY = "no activity source (pre-Hopper GPU without DCGM?)"
+
+
+def busy_ratio(scope: str = SELECTED) -> str:
+    """SM activity where an activity source exists, else the driver's kernel-time utilization.
+
+    The fallback exists outside MIG only: NVML has no utilization for a MIG-enabled GPU.
+    """
+    sm = sel("gpushare_gpu_sm_active_ratio", scope=scope)
+    return f"({sm} or on(job, instance, uuid) {sel('gpushare_gpu_utilization_ratio', scope=scope)})"
+
 
 def sel(metric: str, *matchers: str, scope: str = SELECTED) -> str:
     """``metric{<dashboard selection>, <matchers>}``."""

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dashboards.common import (
-    EXPORTER, FLEET_VARIABLES, GPU_LEGEND, LINKS, MIG_LEGEND, GiB, on_shared_gpus, sel, usable_gpu_memory,
-    with_gpu_identity,
+    ACTIVITY_SOURCE, EXPORTER, FLEET_VARIABLES, GPU_LEGEND, LINKS, MIG_LEGEND, NO_ACTIVITY, GiB, busy_ratio,
+    on_shared_gpus, sel, usable_gpu_memory, with_gpu_identity,
 )
 from dashboards.grafana import Column, Dashboard, Panel, Query, Row
 
@@ -36,25 +36,35 @@ inventory = Row("Fleet: what GPUs are there and how is each one shared?", (
     Panel("GPUs now", "table", "bytes", (
         Query(with_gpu_identity(sel("gpushare_gpu_memory_used_bytes"))),
         Query(with_gpu_identity(sel("gpushare_gpu_memory_total_bytes"))),
-        Query(with_gpu_identity(sel("gpushare_gpu_sm_active_ratio"))),
+        Query(with_gpu_identity(busy_ratio())),
         Query(with_gpu_identity(sel("gpushare_gpu_power_watts"))),
     ), columns=(Column("Memory used", "bytes"), Column("Memory total", "bytes"),
-                Column("SM active", "percentunit"), Column("Power", "watt")),
+                Column("SM active (or kernel time)", "percentunit"), Column("Power", "watt")),
         hide=("job", "uuid"), width=16,
-        description="One row per GPU: identity, sharing mode, memory, SM activity and power now."),
+        description="One row per GPU: identity, sharing mode, memory, SM activity and power now. Without an "
+                    "activity source the busy column is the driver's kernel time (empty for MIG GPUs). "
+                    + ACTIVITY_SOURCE),
 ))
 
 activity = Row("Utilisation: how busy are the GPUs?", (
-    Panel("SM active by GPU", "timeseries", "percentunit", (Query(sel("gpushare_gpu_sm_active_ratio"), GPU_LEGEND),),
-          minimum=0, maximum=1,
-          description="Fraction of time at least one warp was resident on an SM (GPM). Works under MIG too."),
+    Panel("SM active by GPU", "timeseries", "percentunit", (
+        Query(sel("gpushare_gpu_sm_active_ratio"), GPU_LEGEND),
+        Query(f"{sel('gpushare_gpu_utilization_ratio')} unless on(job, instance, uuid) "
+              f"{sel('gpushare_gpu_sm_active_ratio')}", GPU_LEGEND + ": kernel time, no activity source"),
+    ), minimum=0, maximum=1, no_value=NO_ACTIVITY,
+        description="Fraction of time at least one warp was resident on an SM; works under MIG too. A GPU without "
+                    "an activity source shows the driver's kernel time instead (labelled so; it overstates how busy "
+                    "the SMs are), and a MIG GPU without one shows nothing: NVML has no utilization under MIG. "
+                    + ACTIVITY_SOURCE),
     Panel("Kernel time by GPU (driver utilization)", "timeseries", "percentunit",
           (Query(sel("gpushare_gpu_utilization_ratio"), GPU_LEGEND),), minimum=0, maximum=1,
           description="Fraction of the sample period in which a kernel ran. NVML has no value for MIG-enabled GPUs."),
     Panel("Average SM active by sharing mode", "bargauge", "percentunit",
-          (Query(f"avg by (sharing) ({with_gpu_identity(sel('gpushare_gpu_sm_active_ratio'))})", "{{sharing}}"),),
-          minimum=0, maximum=1, thresholds=((0.2, "yellow"), (0.5, "green")), base_color="red",
-          description="Does a sharing mode pay off? Low values on exclusive GPUs are the under-used advice."),
+          (Query(f"avg by (sharing) ({with_gpu_identity(busy_ratio())})", "{{sharing}}"),),
+          minimum=0, maximum=1, thresholds=((0.2, "yellow"), (0.5, "green")), base_color="red", no_value=NO_ACTIVITY,
+          description="Does a sharing mode pay off? Low values on exclusive GPUs are the under-used advice. GPUs "
+                      "without an activity source count with their kernel time; MIG GPUs without one are left out. "
+                      + ACTIVITY_SOURCE),
     Panel("Power by GPU", "timeseries", "watt", (Query(sel("gpushare_gpu_power_watts"), GPU_LEGEND),),
           minimum=0, description="Board power draw."),
 ))
@@ -112,9 +122,16 @@ exporters = Row("Exporters: are they up and current?", (
                  f"[$__rate_interval]))", "{{instance}} {{call}} {{error}}"),),
           minimum=0, width=6,
           description="Driver calls that failed, per second, by call and error class (NotSupported excluded)."),
+    Panel("Data sources", "bargauge", "none",
+          (Query(sel("gpushare_exporter_source_available", scope=EXPORTER), "{{instance}} {{source}}"),),
+          minimum=0, maximum=1, thresholds=((1, "green"),), base_color="red", width=12, height=6,
+          description="1 while a source delivers: nvml (the driver), dcgm (DCGM's host engine: device fields), "
+                      "dcgm_profiling (pipe activity). 0 says why on the exporter's landing page and in its log: host "
+                      "engine away, profiling counters held by Nsight/CUPTI (-37), profiling package missing (-33), "
+                      "root needed under MIG (-29), DCGM version mismatch. The rest is served from NVML meanwhile."),
     Panel("Poll duration", "timeseries", "s",
           (Query(sel("gpushare_exporter_poll_duration_seconds", scope=EXPORTER), "{{instance}}"),),
-          minimum=0, width=24, height=6, description="Wall time of the latest poll of all GPUs."),
+          minimum=0, width=12, height=6, description="Wall time of the latest poll of all GPUs."),
 ))
 
 DASHBOARD = Dashboard(

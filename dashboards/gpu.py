@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dashboards.common import GiB, LINKS, MIG_LEGEND, ONE_GPU_VARIABLES, sel, usable_gpu_memory
+from dashboards.common import (
+    ACTIVITY_SOURCE, LINKS, MIG_LEGEND, NO_ACTIVITY, ONE_GPU_VARIABLES, GiB, sel, usable_gpu_memory,
+)
 from dashboards.grafana import Column, Dashboard, Panel, Query, Row
 
 PIPES = ("sm", "tensor", "fp64", "fp32", "fp16", "dram", "graphics")
@@ -54,7 +56,9 @@ mig = Row("MIG: which instances does it have, and how full and busy is each?", (
         Query(sel("gpushare_mig_memory_headroom_bytes")),
     ), columns=(Column("Used", "bytes"), Column("Size", "bytes"), Column("SM active", "percentunit"),
                 Column("Headroom at expected peak", "bytes")),
-        hide=("job", "instance", "uuid"), description="One row per GPU instance (forecast column: learned profiles)."),
+        hide=("job", "instance", "uuid"),
+        description="One row per GPU instance (forecast column: learned profiles; SM active column: needs an "
+                    "activity source, DCGM on pre-Hopper GPUs)."),
     Panel("MIG devices and placement", "table", "none", (Query(sel("gpushare_mig_info")),),
           hide=("job", "instance", "uuid", "Value"),
           description="One row per compute instance: placement (memory slices), SMs, MIG device UUID."),
@@ -95,14 +99,18 @@ pipes = Row("Activity: which engines are busy?", (
     Panel("Activity pipes", "timeseries", "percentunit", tuple(
         Query(sel(f"gpushare_gpu_{pipe}_active_ratio"), pipe) for pipe in PIPES
     ) + (Query(sel("gpushare_gpu_sm_occupancy_ratio"), "sm occupancy"),), minimum=0, maximum=1,
-        description="GPM activity of the whole GPU: SMs, tensor, FP64/32/16 pipes, DRAM, graphics engine."),
+        no_value=NO_ACTIVITY,
+        description="Activity of the whole GPU: SMs, tensor, FP64/32/16 pipes, DRAM, graphics engine. Without an "
+                    "activity source see Driver utilization (outside MIG). " + ACTIVITY_SOURCE),
     Panel("Driver utilization", "timeseries", "percentunit", (
         Query(sel("gpushare_gpu_utilization_ratio"), "kernel time"),
         Query(sel("gpushare_gpu_memory_utilization_ratio"), "memory read/write time"),
     ), minimum=0, maximum=1, description="nvmlDeviceGetUtilizationRates; absent on MIG-enabled GPUs."),
     Panel("Activity by MIG instance: SM active", "timeseries", "percentunit",
           (Query(sel("gpushare_mig_sm_active_ratio"), MIG_LEGEND),), minimum=0, maximum=1, width=24,
-          description="Per GPU instance (GPM)."),
+          no_value=NO_ACTIVITY,
+          description="Per GPU instance (DCGM profiling fields or GPM). The driver has no per-instance "
+                      "utilization. " + ACTIVITY_SOURCE),
 ))
 
 power = Row("Power, thermal and clocks: is it throttled?", (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dashboards.common import FLEET_VARIABLES, GiB, LINKS, MIG_LEGEND, sel
+from dashboards.common import ACTIVITY_SOURCE, FLEET_VARIABLES, LINKS, MIG_LEGEND, NO_ACTIVITY, GiB, sel
 from dashboards.grafana import Column, Dashboard, Panel, Query, Row
 
 PIPES = (("sm_occupancy", "SM occupancy"), ("tensor_active", "Tensor pipes active"),
@@ -56,12 +56,14 @@ memory = Row("Memory: how full is each instance, now and at its expected peak?",
 
 activity = Row("Activity: how busy is each instance?", (
     Panel("SM active", "timeseries", "percentunit", (Query(sel("gpushare_mig_sm_active_ratio"), MIG_LEGEND),),
-          minimum=0, maximum=1, thresholds=((0.9, "red"),),
-          description="Above 90 % for 30 minutes is the compute-bound advice (a profile with more SMs helps)."),
+          minimum=0, maximum=1, thresholds=((0.9, "red"),), no_value=NO_ACTIVITY,
+          description="Above 90 % for 30 minutes is the compute-bound advice (a profile with more SMs helps). "
+                      "The driver has no per-instance utilization: without an activity source this stays empty. "
+                      + ACTIVITY_SOURCE),
 ) + tuple(
     Panel(title, "timeseries", "percentunit", (Query(sel(f"gpushare_mig_{name}_ratio"), MIG_LEGEND),),
-          minimum=0, maximum=1, width=8 if i < 6 else 24, height=7,
-          description=f"{title}, per GPU instance (GPM).")
+          minimum=0, maximum=1, width=8 if i < 6 else 24, height=7, no_value=NO_ACTIVITY,
+          description=f"{title}, per GPU instance (DCGM profiling fields or GPM). " + ACTIVITY_SOURCE)
     for i, (name, title) in enumerate(PIPES)
 ))
 
@@ -85,7 +87,9 @@ oversized = Row("Sizing: which instances are larger than their work needs?", (
                 Column("Peak SM active", "percentunit", colored=True)),
         thresholds=((0.4, "green"),), base_color="orange", hide=("job", "uuid"), width=24,
         description="Orange below 40 %: with memory and SMs both below 40 % for 6 hours the MigInstanceOversized "
-                    "advice fires, and a profile of half the size would still fit. Expected demand is the forecast."),
+                    "advice fires, and a profile of half the size would still fit. Expected demand is the forecast. "
+                    "Peak SM active needs an activity source (empty for A100/A30 without DCGM, and the advice "
+                    "cannot fire there). " + ACTIVITY_SOURCE),
 ))
 
 DASHBOARD = Dashboard(

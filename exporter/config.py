@@ -44,6 +44,8 @@ class Settings:
     gpu_timeout: float = 2.0
     state_dir: str | None = None  # learned workload profiles (SQLite); None = in memory only
     workload_rules: tuple = ()  # foresight.workload.WorkloadRule; config file only
+    dcgm_address: str | None = None  # nv-hostengine, "tcp://host:port" or "unix:///path"; None = embedded
+    dcgm_bindings: str | None = None  # directory of DCGM's Python bindings; None = DCGM's install paths
 
     @property
     def listen_address(self) -> tuple[str, int]:
@@ -109,6 +111,45 @@ def _path(value: Any) -> str:
     return value
 
 
+DCGM_PORT = 5555  # nv-hostengine's default port
+
+
+def parse_dcgm_address(value: Any) -> str:
+    """nv-hostengine address -> "tcp://host:port" or "unix:///path".
+
+    Accepted: HOST, HOST:PORT, [IPv6]:PORT, tcp://HOST[:PORT], unix:///PATH or an absolute
+    socket PATH (nv-hostengine --domain-socket; default /tmp/nv-hostengine).
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected HOST[:PORT] or a unix socket path, got {value!r}")
+    text = value.strip()
+    if text.startswith("unix://") or text.startswith("/"):
+        path = text[len("unix://"):] if text.startswith("unix://") else text
+        if not path.startswith("/"):
+            raise ValueError(f"a unix socket needs an absolute path (unix:///tmp/nv-hostengine), got {value!r}")
+        return "unix://" + path
+    if text.startswith("tcp://"):
+        text = text[len("tcp://"):]
+    if "://" in text:
+        raise ValueError(f"expected tcp://HOST[:PORT] or unix:///PATH, got {value!r}")
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else (None if not rest else "x")
+        host = f"[{host}]"
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    elif ":" in text:
+        raise ValueError(f"write IPv6 addresses in brackets, e.g. [::1]:{DCGM_PORT}; got {value!r}")
+    else:
+        host, port_text = text, None
+    if not host or host == "[]" or any(c.isspace() for c in host):
+        raise ValueError(f"expected HOST[:PORT], got {value!r}")
+    port = DCGM_PORT if port_text is None else port_text
+    if not str(port).isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"port must be a number from 1 to 65535, got {port_text!r}")
+    return f"tcp://{host}:{int(port)}"
+
+
 PARSERS: dict[str, Callable[[Any], Any]] = {
     "listen": _listen,
     "interval": _seconds,
@@ -121,8 +162,10 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "gpu_timeout": _seconds,
     "state_dir": _path,
     "workload_rules": lambda raw: parse_rules(raw, "workload_rules"),
+    "dcgm_address": parse_dcgm_address,
+    "dcgm_bindings": _path,
 }
-PATH_KEYS = ("simulate", "procfs", "state_dir")
+PATH_KEYS = ("simulate", "procfs", "state_dir", "dcgm_bindings")
 assert set(PARSERS) == {f.name for f in fields(Settings)}, "every setting needs a parser"
 
 

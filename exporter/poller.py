@@ -117,6 +117,11 @@ class Poller:
         """The backend's ``name`` (nvml, dcgm)."""
         return self._stats.backend
 
+    @property
+    def backend_reason(self) -> str:
+        """Why this backend reads the GPUs (``--backend auto`` tells what it found)."""
+        return str(getattr(self.backend, "reason", "") or "")
+
     def health(self) -> Health:
         """Healthy while the latest successful poll is younger than STALE_AFTER_INTERVALS intervals."""
         stats = self._stats
@@ -152,6 +157,8 @@ class Poller:
                 self._snapshot = snapshot
                 self._stats = dataclasses.replace(
                     self._stats,
+                    # --backend auto decides which backend it is when it opens, not before.
+                    backend=str(getattr(self.backend, "name", self._stats.backend)),
                     polls_ok=self._stats.polls_ok + 1,
                     last_duration_seconds=end - start,
                     last_success_timestamp=self._wall_clock(),
@@ -211,6 +218,8 @@ class Poller:
             raise RuntimeError("poller already started")
         self.backend.open()
         self._opened = True
+        # --backend auto knows which backend it is only now.
+        self._stats = dataclasses.replace(self._stats, backend=str(getattr(self.backend, "name", self._stats.backend)))
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="gpushare-poller", daemon=True)
         self._thread.start()

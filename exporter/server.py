@@ -150,13 +150,24 @@ def landing_page(poller: PollerView) -> str:
     return (
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>gpushare-exporter</title></head><body>"
         f"<h1>gpushare-exporter</h1><p>Version {esc(poller.version)}, backend {esc(poller.backend_name)}, "
-        f"polling every {poller.interval:g}s.</p>{gpus}"
+        f"polling every {poller.interval:g}s.</p>{_backend_line(poller, snapshot)}{gpus}"
         "<ul><li><a href=\"/metrics\">/metrics</a>: Prometheus metrics</li>"
         "<li><a href=\"/health\">/health</a>: 200 while polls succeed</li></ul>"
         "<p>Documentation: docs/metrics.md (every metric) and docs/configuration.md (flags, config file) "
         "in the gpushare-exporter source tree.</p>"
         "</body></html>\n"
     )
+
+
+def _backend_line(poller: PollerView, snapshot) -> str:
+    """Why this backend, and each data source that is not delivering (with its reason)."""
+    esc = html.escape
+    reason = getattr(poller, "backend_reason", "") or (snapshot.backend_reason if snapshot is not None else "")
+    lines = [f"Backend {esc(poller.backend_name)}: {esc(reason)}."] if reason else []
+    for name, status in sorted((snapshot.sources if snapshot is not None else {}).items()):
+        if not status.available:
+            lines.append(f"Source {esc(name)} unavailable: {esc(status.reason)}.")
+    return "".join(f"<p>{line}</p>" for line in lines)
 
 
 @web.middleware

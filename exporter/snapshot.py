@@ -150,6 +150,14 @@ class SimulationInfo:
 
 
 @dataclass(frozen=True)
+class SourceStatus:
+    """Whether a data source (nvml, dcgm, dcgm_profiling) delivered this poll, and if not, why."""
+
+    available: bool
+    reason: str = ""  # one line; "" when available
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """One complete poll of every GPU on the host."""
 
@@ -164,3 +172,7 @@ class Snapshot:
     # Per collector section (gpu, mig, process, mps): False when a read it depends on failed this poll.
     section_ok: Mapping[str, bool] = field(default_factory=dict)
     simulation: SimulationInfo | None = None
+    # Data sources behind this poll (exported as gpushare_exporter_source_available); a source
+    # whose state is not known yet (e.g. DCGM profiling before its first watch) is left out.
+    sources: Mapping[str, SourceStatus] = field(default_factory=dict)
+    backend_reason: str = ""  # why this backend reads the GPUs, e.g. "--backend auto: DCGM not installed"

@@ -15,6 +15,7 @@ from exporter.snapshot import (
     ProcessInfo,
     SimulationInfo,
     Snapshot,
+    SourceStatus,
 )
 
 GIB = 1024**3
@@ -144,4 +145,7 @@ def rich_snapshot(simulated: bool = True) -> Snapshot:
         call_errors={("nvmlDeviceGetPowerUsage", "GpuIsLost"): 2, ("nvmlDeviceGetMemoryInfo", "Timeout"): 1},
         section_ok={"gpu": True, "mig": True, "process": True, "mps": True},
         simulation=SimulationInfo(time_seconds=120.0, oom_kills={(0, ""): 1, (1, "2"): 0}) if simulated else None,
+        # As a DCGM backend reports them while another tool holds the profiling counters.
+        sources={"nvml": SourceStatus(True), "dcgm": SourceStatus(True),
+                 "dcgm_profiling": SourceStatus(False, "profiling module busy (-37)")},
     )

@@ -71,3 +71,41 @@ def test_real_gpu_check_refuses_without_a_driver():
     assert len(lines) == 1
     assert lines[0].startswith("real_gpu_smoke: error:")
     assert "driver" in lines[0]
+
+
+def test_dcgm_bench_smoke_reports_both_backends():
+    """bench/dcgm_bench.py --smoke prints the DCGM backend's poll cost next to NVML's on the A100 MIG scenario."""
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "dcgm_bench.py"), "--smoke"], cwd=REPO,
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {line.split()[1]: line.split() for line in out.stdout.splitlines()
+            if line.startswith("a100-40gb-two-3g@300s")}
+    assert set(rows) == {"nvml", "dcgm"}
+    # Through DCGM the exporter makes DCGM calls and fewer NVML calls, and exports the activity NVML cannot.
+    assert int(rows["dcgm"][5]) < int(rows["nvml"][5]) and float(rows["dcgm"][6]) > 0 == float(rows["nvml"][6])
+    assert int(rows["dcgm"][4]) > int(rows["nvml"][4])
+
+
+REAL_DCGM = REPO / "bench" / "real_dcgm_smoke.py"
+
+
+def test_real_dcgm_check_refuses_cleanly_without_dcgm(tmp_path):
+    """Where DCGM's bindings are not, the real-DCGM check says so in one line and exits 2 (no traceback)."""
+    out = subprocess.run([sys.executable, str(REAL_DCGM), "--dcgm-bindings", str(tmp_path)], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("real_dcgm_smoke: error: --backend dcgm: DCGM Python bindings not found")
+    assert "Traceback" not in out.stderr
+
+
+def test_real_dcgm_check_dry_run_on_the_simulator():
+    """The same script against the simulated DCGM: entity mapping, activity per GPU instance, both polls timed."""
+    out = subprocess.run([sys.executable, str(REAL_DCGM), "--simulate", "examples/scenarios/a30-mig-dcgm.yaml",
+                          "--interval", "30", "--polls", "2"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout
+    assert "DCGM 4.6.0 through the embedded host engine" in text and "-> NVML GPU 0" in text
+    assert re.search(r"GI 2 2g\.12gb\s+dcgm: sm=0\.95 ", text)  # the compute-bound training instance
+    assert "source dcgm_profiling: available" in text
+    assert re.search(r"poll dcgm: .* NVML calls / [1-9]\d* DCGM calls", text)

@@ -85,10 +85,13 @@ def test_bad_config_file(capsys, tmp_path):
     assert code == 2 and f"{config}: interval:" in err
 
 
-def test_dcgm_backend_not_implemented(capsys):
-    """--backend dcgm fails cleanly with one line: the seam exists, the backend does not yet."""
-    code, _, err = run_main(capsys, "serve", "--backend", "dcgm")
-    assert code == 2 and "DCGM backend is not implemented" in err and err.count("\n") == 1
+def test_dcgm_backend_without_bindings(capsys, tmp_path):
+    """--backend dcgm where DCGM's bindings are not: one line naming where it looked and what to install."""
+    code, _, err = run_main(capsys, "serve", "--backend", "dcgm", "--dcgm-bindings", str(tmp_path),
+                            "--listen", "127.0.0.1:0")
+    assert code == 2 and err.count("\n") == 1
+    assert f"--backend dcgm: DCGM Python bindings not found (looked in {tmp_path})" in err
+    assert "datacenter-gpu-manager-4-core" in err
 
 
 def test_simulate_missing_file(capsys, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -128,3 +129,39 @@ def test_parse_listen_rejects(bad):
     """Missing port, port out of range and unbracketed IPv6 are refused."""
     with pytest.raises(ValueError):
         parse_listen(bad)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("127.0.0.1", "tcp://127.0.0.1:5555"),
+    ("dcgm.gpu-operator.svc:5555", "tcp://dcgm.gpu-operator.svc:5555"),
+    ("tcp://10.0.0.7:6000", "tcp://10.0.0.7:6000"),
+    ("[::1]:5555", "tcp://[::1]:5555"),
+    ("[fd00::7]", "tcp://[fd00::7]:5555"),
+    ("/tmp/nv-hostengine", "unix:///tmp/nv-hostengine"),
+    ("unix:///run/dcgm.sock", "unix:///run/dcgm.sock"),
+])
+def test_dcgm_address_forms(text, expected):
+    """nv-hostengine addresses: host, host:port (5555 by default), IPv6 in brackets, tcp://, a socket path."""
+    from exporter.config import parse_dcgm_address
+
+    assert parse_dcgm_address(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "a:b:c", "host:0", "host:99999", "unix://relative", "vsock://3", "ho st"])
+def test_dcgm_address_rejects(bad):
+    from exporter.config import parse_dcgm_address
+
+    with pytest.raises(ValueError):
+        parse_dcgm_address(bad)
+
+
+def test_dcgm_settings_from_the_config_file(tmp_path):
+    """dcgm_address is normalised; dcgm_bindings resolves against the file; a bad address names file and key."""
+    config = tmp_path / "c.yaml"
+    config.write_text("backend: dcgm\ndcgm_address: 10.1.2.3\ndcgm_bindings: dcgm/python3\n")
+    settings = load_settings(str(config), {})
+    assert settings.dcgm_address == "tcp://10.1.2.3:5555"
+    assert settings.dcgm_bindings == str(tmp_path / "dcgm" / "python3")
+    config.write_text("dcgm_address: 'a:b:c'\n")
+    with pytest.raises(UserError, match=rf"^{re.escape(str(config))}: dcgm_address: write IPv6 addresses in brackets"):
+        load_settings(str(config), {})

@@ -1,7 +1,7 @@
 """Grafana dashboards as code: committed JSON, importable shape, units, and every query proven on a real Prometheus.
 
 The end-to-end part runs three simulated exporters at 30x (the 8-GPU mixed H100 node, the
-Wan 2.2 MPS out-of-memory story, the fault demo) scraped every second by Debian's Prometheus
+Wan 2.2 MPS out-of-memory story, the fault demo through the DCGM backend) scraped every second by Debian's Prometheus
 with alerts/*.yml loaded, until the Wan scenario's OOM kill has been scraped (~20 s). Then
 every panel's queries run through the HTTP API with the dashboard variables substituted as
 Grafana would: All, each exporter alone, and for the GPU detail dashboard each single GPU.
@@ -261,8 +261,9 @@ def run(tmp_path_factory):
     exporters: dict[str, Exporter] = {}
     try:
         exporters["mixed"] = Exporter(SCENARIOS / SCENARIO_FILES["mixed"], speed=30, interval=0.5)
+        # Through DCGM: its A100 MIG instances get pipe activity (NVML's GPM has none before Hopper).
         exporters["faults"] = Exporter(SCENARIOS / SCENARIO_FILES["faults"], speed=30, interval=0.5,
-                                       extra_args=["--gpu-timeout", "1"])
+                                       extra_args=["--gpu-timeout", "1", "--backend", "dcgm"])
         # Last, so that Prometheus sees the Wan story from its first simulated minute.
         exporters["wan"] = Exporter(SCENARIOS / SCENARIO_FILES["wan"], speed=30, interval=0.5, extra_args=wan_args)
         with Prometheus({"gpushare": [e.target for e in exporters.values()]}, rule_files=RULE_FILES) as prom:
@@ -386,6 +387,21 @@ def test_alert_rules_load_and_evaluate_in_prometheus(run):
     expected = sum(1 for path in RULE_FILES for _ in lint.rule_expressions(path))
     assert len(rules) == expected
     assert [(r["name"], r.get("lastError")) for r in rules if r["health"] == "err"] == []
+
+
+@pytest.mark.e2e
+def test_activity_panels_show_the_a100_mig_instances_through_dcgm(run):
+    """The fault demo's A100 (no GPM) runs MIG instances: read through DCGM, the MIG dashboard's SM panel and
+    the fleet's SM panel show them, and the data-sources panel says DCGM delivers."""
+    a100 = run.prom.query(f'gpushare_gpu_info{{instance="{run.targets["faults"]}", name=~".*A100.*"}}')
+    assert a100, "the fault demo has an A100"
+    uuid = a100[0]["metric"]["uuid"]
+    mig = [s for s in series(run, "gpushare-mig", "SM active", "faults") if s["metric"]["uuid"] == uuid]
+    assert mig and max(float(v) for s in mig for _, v in s["values"]) > 0
+    fleet = [s for s in series(run, "gpushare-fleet", "SM active by GPU", "faults") if s["metric"]["uuid"] == uuid]
+    assert fleet
+    sources = {s["metric"]["source"]: s["values"][-1][1] for s in series(run, "gpushare-fleet", "Data sources", "faults")}
+    assert sources == {"nvml": "1", "dcgm": "1", "dcgm_profiling": "1"}
 
 
 @pytest.mark.e2e

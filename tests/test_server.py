@@ -179,6 +179,18 @@ async def test_landing_page_lists_gpus_and_links(served):
     assert "<script>" not in page and "&lt;script&gt;" in page
 
 
+async def test_landing_page_says_which_backend_why_and_which_source_is_down(served):
+    """The backend's reason, and each data source that does not deliver with its reason, escaped."""
+    poller, server, session, _ = served
+    poller.backend.reason = "--backend auto: DCGM bindings in /opt/dcgm and nv-hostengine at tcp://h:5555 answered"
+    poller.poll_once()  # rich_snapshot: dcgm_profiling unavailable, "profiling module busy (-37)"
+    _, _, body = await get(session, server.url)
+    page = body.decode()
+    assert "<p>Backend nvml: --backend auto: DCGM bindings in /opt/dcgm and nv-hostengine at tcp://h:5555 answered.</p>" in page
+    assert "<p>Source dcgm_profiling unavailable: profiling module busy (-37).</p>" in page
+    assert "Source nvml" not in page and "Source dcgm " not in page  # available ones are not listed
+
+
 async def test_internal_error_is_one_line_500_without_traceback(served, monkeypatch):
     """An exception inside a handler becomes a one-line 500, never a traceback."""
     poller, server, session, _ = served

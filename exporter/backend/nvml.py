@@ -31,7 +31,7 @@ from exporter.backend.nvml_worker import _GpuWorker
 from exporter.backend.procinfo import ProcFs
 from exporter.identity import Identifier
 from exporter.errors import NoGpuError
-from exporter.snapshot import GpuInfo, Snapshot
+from exporter.snapshot import GpuInfo, Snapshot, SourceStatus
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,8 @@ _ARG_SCOPED = frozenset({
     "nvmlDeviceGetGpuInstanceProfileInfo",
     "nvmlGpmMigSampleGet",
 })
+
+_NVML_SOURCES = {"nvml": SourceStatus(True)}
 
 # A "not available" answer is remembered (the call is skipped) for this many polls, then
 # asked again in case a reset or driver change made it available.
@@ -271,6 +273,7 @@ class NvmlBackend:
         self._down: dict[int, int] = {}  # GPU index -> polls down in a row
         self._backoff = REDISCOVER_DOWN_POLLS
         self.discoveries = 0  # enumerations after the first (tests, benchmarks)
+        self.reason = ""  # why this backend was chosen (set by exporter.backend.choose)
 
     def open(self) -> None:
         """nvmlInit and discover GPUs. NoGpuError (one line) when there is no driver library,
@@ -397,6 +400,8 @@ class NvmlBackend:
             gpus=tuple(gpus),
             call_errors=self.caller.errors_snapshot(),
             section_ok={s: s not in failed for s in SECTIONS},
+            sources=_NVML_SOURCES,
+            backend_reason=self.reason,
         )
         if self._rediscover_due():
             self._rediscover()

@@ -69,6 +69,11 @@ class GpuReader:
         self.procs = ProcessReader(caller, procfs, identifier)
         self.gpm = GpmReader(caller)
         self.xid = XidReader(caller)
+        # Values another source (the DCGM backend) supplies for this GPU this poll, so they are
+        # not read twice: "utilization", "power", "power_limit", "energy", "temperature",
+        # "clock:<sm|memory|video>", "ecc", "activity" (GPM of the GPU), "mig_activity" (GPM of
+        # its GPU instances). Set by the owner before each read; empty for the NVML backend.
+        self.provided: frozenset[str] = frozenset()
 
     # -- public -------------------------------------------------------------------------
 
@@ -160,8 +165,11 @@ class GpuReader:
             memory_reserved_bytes=reserved,
         )
         values.update(self._sensors(ctx, h, mig_mode))
+        provided = self.provided
+        if "activity" in provided and "mig_activity" in provided:
+            self.gpm.close()  # another source measures activity: stale GPM samples must not linger
         if not mig_mode:
-            util = ctx.get("gpu", "nvmlDeviceGetUtilizationRates", h)  # NotSupported under MIG
+            util = None if "utilization" in provided else ctx.get("gpu", "nvmlDeviceGetUtilizationRates", h)
             if util is not None:
                 values["utilization_ratio"] = util.gpu / 100.0
                 values["memory_utilization_ratio"] = util.memory / 100.0
@@ -169,14 +177,15 @@ class GpuReader:
             values["compute_mode"] = COMPUTE_MODES.get(mode_value, "unknown")
         self.procs.begin_poll()
         if mig_mode:
-            instances, processes, servers, capacity = self.mig.read(ctx, h, self.index, self.uuid, self.procs, self.gpm)
+            gpm = None if "mig_activity" in provided else self.gpm
+            instances, processes, servers, capacity = self.mig.read(ctx, h, self.index, self.uuid, self.procs, gpm)
             values.update(mig_instances=tuple(instances), mig_free_capacity=capacity)
         else:
             self.mig.disabled()
             self.gpm.prune_gpu_instances(set())
             processes, servers = self.procs.read(ctx, h, DeviceRef(self.index, self.uuid), on_mig=False)
         self.procs.end_poll()
-        activity = self.gpm.gpu(ctx, h)
+        activity = None if "activity" in provided else self.gpm.gpu(ctx, h)
         if activity is not None:
             values["activity"] = activity
         if "process" in ctx.failed or (servers and "mps" in ctx.failed):
@@ -189,16 +198,21 @@ class GpuReader:
     def _sensors(self, ctx: PollContext, h, mig_mode: bool | None) -> dict:
         """Power (W), limit (W), energy (J), temperature (°C), clocks (Hz), reasons, ECC counts."""
         nv = self.nv
+        skip = self.provided
+
+        def read(key: str, fn: str, *args):
+            return None if key in skip else ctx.get("gpu", fn, h, *args)
+
         out: dict = {
-            "power_watts": _mw_to_w(ctx.get("gpu", "nvmlDeviceGetPowerUsage", h)),
-            "power_limit_watts": _mw_to_w(ctx.get("gpu", "nvmlDeviceGetEnforcedPowerLimit", h)),
-            "energy_joules": _mw_to_w(ctx.get("gpu", "nvmlDeviceGetTotalEnergyConsumption", h)),
+            "power_watts": _mw_to_w(read("power", "nvmlDeviceGetPowerUsage")),
+            "power_limit_watts": _mw_to_w(read("power_limit", "nvmlDeviceGetEnforcedPowerLimit")),
+            "energy_joules": _mw_to_w(read("energy", "nvmlDeviceGetTotalEnergyConsumption")),
         }
-        temp = ctx.get("gpu", "nvmlDeviceGetTemperature", h, nv.NVML_TEMPERATURE_GPU)
+        temp = read("temperature", "nvmlDeviceGetTemperature", nv.NVML_TEMPERATURE_GPU)
         out["temperature_celsius"] = None if temp is None else float(temp)
         clocks = {}
         for key, const in CLOCKS:
-            mhz = ctx.get("gpu", "nvmlDeviceGetClockInfo", h, getattr(nv, const))
+            mhz = read("clock:" + key, "nvmlDeviceGetClockInfo", getattr(nv, const))
             if mhz is not None:
                 clocks[key] = mhz * 1e6
         out["clocks_hertz"] = clocks
@@ -206,7 +220,7 @@ class GpuReader:
         ecc = {}
         for key, const in (("corrected", "NVML_MEMORY_ERROR_TYPE_CORRECTED"),
                            ("uncorrected", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED")):
-            count = ctx.get("gpu", "nvmlDeviceGetTotalEccErrors", h, getattr(nv, const), nv.NVML_VOLATILE_ECC)
+            count = read("ecc", "nvmlDeviceGetTotalEccErrors", getattr(nv, const), nv.NVML_VOLATILE_ECC)
             if count is not None:
                 ecc[key] = int(count)
         out["ecc_errors"] = ecc

@@ -80,7 +80,10 @@ class MigReader:
         self._slots = None
 
     def read(self, ctx: PollContext, parent, gpu_index: int, gpu_uuid: str, procs, gpm):
-        """(instances, processes, mps servers, free capacity) of a GPU in MIG mode."""
+        """(instances, processes, mps servers, free capacity) of a GPU in MIG mode.
+
+        ``gpm`` None: instance activity comes from elsewhere (DCGM) and is not read here.
+        """
         self._read_profiles(ctx, parent)
         mig_tag = DeviceTag(ctx.tag.model, ctx.tag.uuid, True, on_mig=True)
         instances, processes, servers = [], [], []
@@ -98,7 +101,7 @@ class MigReader:
             gpm_key = (place.gi, place.profile_id, place.start)
             live_gpm_keys.add(gpm_key)
             if place.gi not in activity_by_gi:
-                activity_by_gi[place.gi] = gpm.gpu_instance(ctx, parent, place.gi, gpm_key)
+                activity_by_gi[place.gi] = gpm.gpu_instance(ctx, parent, place.gi, gpm_key) if gpm is not None else None
             extra = {"activity": activity_by_gi[place.gi]} if activity_by_gi[place.gi] is not None else {}
             instances.append(MigInstance(
                 gi=place.gi, ci=place.ci, mig_index=index, mig_uuid=uuid,
@@ -108,7 +111,8 @@ class MigReader:
                 placement_start=place.start, placement_size=place.size,
                 sm_count=profile.sm_count if profile else 0,
                 memory_total_bytes=total, memory_used_bytes=used, memory_free_bytes=free, **extra))
-        gpm.prune_gpu_instances(live_gpm_keys)
+        if gpm is not None:
+            gpm.prune_gpu_instances(live_gpm_keys)
         if ctx.failures != failures:
             self._slots = None  # a call on a kept handle failed: enumerate afresh next poll
         capacity = self._free_capacity(ctx, parent, frozenset(i.mig_uuid for i in instances))

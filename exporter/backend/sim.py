@@ -1,9 +1,11 @@
-"""The NVML backend running on a simulated GPU host (``--simulate``).
+"""The exporter's backends running on a simulated GPU host (``--simulate``).
 
 SimBackend installs a Simulation as pynvml's C library and drives the ordinary
 NvmlBackend on top of it, so everything the exporter reads goes through the same code as
-on real hardware. Before each poll the simulation is advanced to the virtual clock, and the
-Snapshot gets a ``simulation`` section (virtual time, OOM kills so far).
+on real hardware. With ``backend`` "dcgm" (or "auto" on a scenario with a ``dcgm``
+section) it also installs the simulated DCGM (exporter/sim/fakedcgm) and runs the ordinary
+DCGM backend on its fake bindings. Before each poll the simulation is advanced to the
+virtual clock, and the Snapshot gets a ``simulation`` section (virtual time, OOM kills so far).
 """
 
 from __future__ import annotations
@@ -13,17 +15,22 @@ import os
 import time
 from typing import Callable
 
+from exporter.backend.choose import DcgmOptions, open_backend, open_nvml
 from exporter.backend.nvml import NvmlBackend
 from exporter.errors import UserError
 from exporter.identity import Identifier
-from exporter.sim import Simulation
+from exporter.sim import Simulation, fakedcgm
+from exporter.sim.fakedcgm.spec import DEFAULT as DEFAULT_DCGM
 from exporter.sim.model import Scenario
 from exporter.sim.scenario import load_scenario
 from exporter.snapshot import SimulationInfo, Snapshot
 
 
 class SimBackend:
-    """Backend "nvml" on a simulated host.
+    """The backend ``backend`` asks for ("nvml", "dcgm", "auto") on a simulated host.
+
+    DCGM is installed on the simulated host when the scenario has a ``dcgm`` section (unless
+    it says ``installed: false``), or with defaults when ``backend`` is "dcgm" and it has none.
 
     Virtual time: ``clock()`` (virtual seconds) when given; otherwise real seconds since
     ``open()`` times ``speed``. Time never goes backwards and stops at the scenario's
@@ -31,11 +38,10 @@ class SimBackend:
     (tests, golden files): each following poll reads the simulation at exactly ``t``.
     """
 
-    name = "nvml"  # it IS the NVML backend; Snapshot.simulation tells it is simulated
-
     def __init__(self, scenario: str | os.PathLike | Scenario, speed: float = 1.0,
                  clock: Callable[[], float] | None = None, procfs_dir: str | None = None,
-                 gpu_timeout: float = 5.0, identifier: Identifier | None = None):
+                 gpu_timeout: float = 5.0, identifier: Identifier | None = None,
+                 backend: str = "nvml", dcgm: DcgmOptions | None = None):
         self.scenario = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         if not speed > 0:
             raise UserError(f"speed: must be greater than 0, got {speed}")
@@ -49,9 +55,24 @@ class SimBackend:
         self._time = 0.0
         self.sim: Simulation | None = None
         self.nvml: NvmlBackend | None = None
+        self.kind = backend
+        self._dcgm_options = dcgm or DcgmOptions()
+        self.dcgm_lib: fakedcgm.FakeDcgmLib | None = None
+        self.inner = None  # the opened NvmlBackend or DcgmBackend
+
+    @property
+    def name(self) -> str:
+        """It IS the NVML or DCGM backend; Snapshot.simulation tells it is simulated."""
+        if self.inner is not None:
+            return self.inner.name
+        return "dcgm" if self.kind == "dcgm" else "nvml"
+
+    @property
+    def reason(self) -> str:
+        return getattr(self.inner, "reason", "")
 
     def open(self) -> None:
-        """Build and install the simulation, then open NVML on it.
+        """Build and install the simulation (and its DCGM), then open the backend on it.
 
         The simulated host's clock reads the real time at the first virtual time polled
         (``step_to`` before ``open``, as ``snapshot --at`` does), so process start times and
@@ -66,11 +87,32 @@ class SimBackend:
                                 identifier=self._identifier,
                                 gpus_on_bus=lambda: len(sim.engine.lifecycle.present_gpus(sim.time)))
         try:
-            self.nvml.open()
+            self.inner = self._open_inner()
         except BaseException:
+            self._uninstall_dcgm()
             self.sim.close()
             raise
         self._started = time.monotonic()
+
+    def _open_inner(self):
+        if self.kind == "nvml":
+            return open_nvml(self.nvml, "--backend nvml")
+        spec = self.scenario.dcgm or (DEFAULT_DCGM if self.kind == "dcgm" else None)
+        if spec is None or not spec.installed:
+            why = ("the scenario has no dcgm section" if spec is None
+                   else "its dcgm section says installed: false")
+            if self.kind == "dcgm":
+                raise UserError(f"--backend dcgm: the simulated host has no DCGM ({self.scenario.source}: {why})")
+            return open_nvml(self.nvml, f"--backend auto: the simulated host has no DCGM ({why})")
+        self.dcgm_lib = fakedcgm.install(self.sim, spec)
+        options = dataclasses.replace(self._dcgm_options, bindings_dirs=(fakedcgm.BINDINGS_DIR,),
+                                      bindings_label="the simulated host")
+        return open_backend(self.kind, self.nvml, options)
+
+    def _uninstall_dcgm(self) -> None:
+        if self.dcgm_lib is not None:
+            fakedcgm.uninstall(self.dcgm_lib)
+            self.dcgm_lib = None
 
     def step_to(self, t: float) -> None:
         """Use a manual clock from now on, set to ``t`` virtual seconds (read by the next poll)."""
@@ -90,11 +132,11 @@ class SimBackend:
 
     def poll(self) -> Snapshot:
         """Advance the simulation to the virtual clock, then poll it like a real host."""
-        if self.sim is None or self.nvml is None:
+        if self.sim is None or self.inner is None:
             raise RuntimeError("SimBackend.poll() called before open()")
         self._time = self.virtual_time()
         self.sim.advance_to(self._time)
-        snapshot = self.nvml.poll()
+        snapshot = self.inner.poll()
         info = SimulationInfo(time_seconds=self._time, oom_kills=self.sim.oom_kills, epoch=self.sim.boot_time)
         return dataclasses.replace(snapshot, simulation=info)
 
@@ -104,10 +146,14 @@ class SimBackend:
         return self.nvml.calls_last_poll if self.nvml else 0
 
     def close(self) -> None:
-        """Close NVML, uninstall the fake library and remove the fake /proc."""
+        """Close the backend, uninstall the fake libraries and remove the fake /proc."""
+        if self.inner is not None:
+            self.inner.close()
+            self.inner = None
         if self.nvml is not None:
             self.nvml.close()
             self.nvml = None
+        self._uninstall_dcgm()
         if self.sim is not None:
             self.sim.close()
             self.sim = None

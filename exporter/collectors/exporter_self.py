@@ -47,6 +47,12 @@ LAST_POLL = Spec(
     unit="seconds",
 )
 POLLS = Spec("gpushare_exporter_polls_total", "counter", "Polls of the backend, by result (ok or error).", ("result",))
+SOURCE_AVAILABLE = Spec(
+    "gpushare_exporter_source_available",
+    "gauge",
+    "1 while a data source (nvml, dcgm, dcgm_profiling) delivers, 0 while it does not (the log says why).",
+    ("source",),
+)
 CALL_ERRORS = Spec(
     "gpushare_exporter_poll_errors_total",
     "counter",
@@ -75,6 +81,8 @@ class ExporterCollector:
         out.add(POLLS, ("error",), stats.polls_error)
         snapshot = self._snapshot()
         if snapshot is not None:
+            for source, status in sorted(snapshot.sources.items()):
+                out.add(SOURCE_AVAILABLE, (source,), 1 if status.available else 0)
             for (call, error), count in sorted(snapshot.call_errors.items()):
                 out.add(CALL_ERRORS, (call, error), count)
         return list(out)

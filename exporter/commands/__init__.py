@@ -7,6 +7,7 @@ Each command module provides ``HELP`` (one line), ``add_arguments(parser)`` and
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from typing import Iterable
 
@@ -15,13 +16,16 @@ from exporter.errors import NoGpuError, UserError
 from exporter.identity import Identifier
 from exporter.poller import Backend
 
+log = logging.getLogger(__name__)
+
 # A scenario shipped in examples/: what to try on a machine without a GPU.
 EXAMPLE_SCENARIO = "examples/scenarios/wan22-h100-mps-together.yaml"
 
 _FLAG_HELP: dict[str, tuple[str, str]] = {
     "listen": ("HOST:PORT", f"address to serve HTTP on; ':PORT' = every interface (default :{DEFAULT_PORT})"),
     "interval": ("SECONDS", "time between polls of the GPUs (default 1)"),
-    "backend": ("{auto,nvml,dcgm}", "how to read the GPUs (default auto = nvml; dcgm is not implemented yet)"),
+    "backend": ("{auto,nvml,dcgm}", "how to read the GPUs: dcgm adds pipe activity on every GPU and MIG instance; "
+                "auto = dcgm when DCGM's bindings load and a host engine answers, else nvml (default auto)"),
     "simulate": ("FILE", "read simulated GPUs described by this scenario file instead of the driver"),
     "speed": ("X", "simulated seconds per real second with --simulate (default 1)"),
     "log_level": ("{debug,info,warning,error}", "log verbosity (default info)"),
@@ -29,6 +33,9 @@ _FLAG_HELP: dict[str, tuple[str, str]] = {
     "procfs": ("PATH", "where the host's /proc is mounted, for process names and MPS limits (default /proc)"),
     "gpu_timeout": ("SECONDS", "give up on a GPU whose reads take longer than this; it reports up=0 (default 2)"),
     "state_dir": ("DIR", "keep learned workload memory profiles here (SQLite) across restarts (default: memory only)"),
+    "dcgm_address": ("HOST[:PORT]|PATH", "read DCGM from a running nv-hostengine (TCP, default port 5555, or a unix "
+                     "socket path) instead of an embedded host engine"),
+    "dcgm_bindings": ("DIR", "directory of DCGM's Python bindings (default: DCGM 4.x and 3.x install paths)"),
 }
 
 
@@ -63,20 +70,39 @@ def no_gpu_message(exc: NoGpuError, command: str) -> str:
     return text
 
 
+def dcgm_options(settings: Settings, interval: float | None = None):
+    """Where to find DCGM (bindings, host engine) and how often to have it sample."""
+    from exporter.backend.choose import DcgmOptions
+    from exporter.backend.dcgm_bindings import search_dirs
+    from exporter.backend.dcgm_session import DcgmAddress
+
+    address = None
+    if settings.dcgm_address is not None:
+        kind, _, target = settings.dcgm_address.partition("://")
+        address = DcgmAddress(kind, target)
+    if settings.dcgm_bindings is not None and not os.path.isdir(settings.dcgm_bindings):
+        raise UserError(f"--dcgm-bindings {settings.dcgm_bindings}: not a directory")
+    return DcgmOptions(bindings_dirs=search_dirs(settings.dcgm_bindings), address=address,
+                       interval=settings.interval if interval is None else interval)
+
+
 def make_backend(settings: Settings) -> Backend:
-    """The backend the settings ask for, constructed but not opened."""
-    if settings.backend == "dcgm":
-        raise UserError("--backend dcgm: the DCGM backend is not implemented yet; use --backend nvml (or auto)")
+    """The backend the settings ask for, constructed but not opened (--backend auto decides at open)."""
+    options = dcgm_options(settings)
+    if settings.backend == "nvml" and (settings.dcgm_address or settings.dcgm_bindings):
+        log.warning("--dcgm-address and --dcgm-bindings are ignored with --backend nvml")
     if settings.simulate is not None:
         if not os.path.isfile(settings.simulate):
             raise UserError(f"--simulate {settings.simulate}: no such file")
         from exporter.backend.sim import SimBackend
 
         return SimBackend(settings.simulate, speed=settings.speed, gpu_timeout=settings.gpu_timeout,
-                          identifier=Identifier(settings.workload_rules))
+                          identifier=Identifier(settings.workload_rules), backend=settings.backend, dcgm=options)
     if not os.path.isdir(settings.procfs):
         raise UserError(f"procfs {settings.procfs}: not a directory")
+    from exporter.backend.choose import ChosenBackend
     from exporter.backend.nvml import NvmlBackend
 
-    return NvmlBackend(procfs_root=settings.procfs, gpu_timeout=settings.gpu_timeout,
+    nvml = NvmlBackend(procfs_root=settings.procfs, gpu_timeout=settings.gpu_timeout,
                        identifier=Identifier(settings.workload_rules))
+    return ChosenBackend(settings.backend, nvml, options)

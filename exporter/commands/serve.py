@@ -18,7 +18,7 @@ from exporter.server import start_server
 
 HELP = "poll the GPUs and serve Prometheus metrics over HTTP"
 SETTINGS = ("listen", "interval", "backend", "simulate", "speed", "log_level", "log_format", "procfs", "gpu_timeout",
-            "state_dir")
+            "state_dir", "dcgm_address", "dcgm_bindings")
 
 log = logging.getLogger(__name__)
 

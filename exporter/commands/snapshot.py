@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 
 from exporter import commands, snapshot_json
 from exporter.errors import NoGpuError, UserError
 from exporter.logging_setup import configure_logging
 
 HELP = "poll the GPUs once and print what was read, as JSON"
-SETTINGS = ("backend", "simulate", "speed", "log_level", "log_format", "procfs", "gpu_timeout")
+DCGM_WARMUP_SECONDS = 1.0  # the update period snapshot's DCGM watches use (--interval's default)
+SETTINGS = ("backend", "simulate", "speed", "log_level", "log_format", "procfs", "gpu_timeout", "dcgm_address",
+            "dcgm_bindings")
 
 
 def _at_seconds(text: str) -> float:
@@ -49,6 +52,11 @@ def run(args: argparse.Namespace) -> int:
         if args.at is not None:
             backend.poll()
             backend.step_to(args.at)
+        elif backend.name == "dcgm":
+            # DCGM's watches are made after the first poll and average over one update period:
+            # poll once, wait that period, and print the second poll.
+            backend.poll()
+            time.sleep(DCGM_WARMUP_SECONDS)
         snapshot = backend.poll()
     finally:
         backend.close()

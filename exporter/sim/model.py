@@ -8,7 +8,10 @@ start, all sizes bytes, all ratios 0..1.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
+
+if TYPE_CHECKING:
+    from exporter.sim.fakedcgm.spec import DcgmSpec
 
 # A piecewise-linear function of virtual time: ((t0, v0), (t1, v1), ...), t strictly
 # increasing... except that two points may share a time to express a step. Before t0 the
@@ -128,6 +131,8 @@ class Scenario:
     driver_version: str = "580.95.05"
     cuda_driver_version: int = 13000
     seed: int = 0  # seeds per-call fault probabilities (same seed, same failures)
+    # The optional ``dcgm`` section (exporter/sim/fakedcgm/spec.py); None when absent.
+    dcgm: DcgmSpec | None = None
 
 
 def gpu_model(spec: GpuSpec):

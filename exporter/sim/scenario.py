@@ -16,6 +16,7 @@ import yaml
 from exporter.errors import UserError
 from exporter.sim import scenario_events
 from exporter.sim.model import GpuSpec, Scenario
+from exporter.sim.fakedcgm.spec import parse_dcgm_section
 from exporter.sim.scenario_events import mig_layout, model_at
 from exporter.sim.scenario_fields import (
     Invalid, as_bool, as_bytes, as_count, as_duration, as_int, as_list, as_number, as_ratio, as_str,
@@ -26,7 +27,7 @@ from exporter.sim.scenario_processes import (  # noqa: F401 - re-exported for do
 )
 
 TOP_KEYS = ("name", "description", "duration", "driver_version", "cuda_driver_version", "seed",
-            "gpus", "processes", "events")
+            "gpus", "processes", "events", "dcgm")
 GPU_KEYS = ("model", "variant", "index", "uuid", "pci_bus_id", "mig", "mps", "power_watts",
             "power_limit_watts", "temperature_celsius", "utilization", "ecc_corrected",
             "ecc_uncorrected", "clock_event_reasons", "compute_mode", "persistence_mode", "present",
@@ -128,6 +129,8 @@ def _parse(data: dict, source: str) -> Scenario:
     events, layouts, presence = scenario_events.parse_events(raw_events, gpus, duration)
     raw_procs = as_list(data.get("processes") or [], "processes")
     processes = parse_processes(raw_procs, gpus, layouts, events, duration, presence)
+    if "dcgm" in data:  # optional: DCGM on the simulated host (exporter/sim/fakedcgm/spec.py)
+        extra["dcgm"] = parse_dcgm_section(data["dcgm"], len(gpus), duration)
     return Scenario(name=name, source=source, duration=duration, gpus=gpus,
                     processes=processes, events=events, **extra)
 

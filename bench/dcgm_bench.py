@@ -1,0 +1,178 @@
+"""DCGM backend bench: the exporter's own CPU per poll through --backend dcgm next to --backend nvml.
+
+    python bench/dcgm_bench.py            # 4 scenarios, 20 measured polls each (~1 minute)
+    python bench/dcgm_bench.py --smoke    # 1 scenario, 3 polls (the smoke test)
+
+Both backends run in this process on the same simulated host (fake libnvidia-ml, and for
+DCGM the simulated host engine and fake bindings), polled as ``exporter serve`` polls
+(forecasts included), one virtual second apart after a warm-up (identity, MIG table, DCGM
+entity mapping and watches). Figures are medians per poll:
+
+    exporter CPU = total CPU - simulated NVML library - simulated DCGM host engine - simulation advance
+
+The simulated libraries stand in for work a real driver and a real host engine do in C (a
+real embedded host engine runs in the exporter's process too, on its own threads, without
+the GIL); what remains is what the exporter itself costs: pynvml and DCGM binding wrappers,
+the readers, merging, collectors and rendering. NVML calls go through the exporter's choke
+point (NvmlCaller), DCGM calls through DcgmCaller. Speed is never asserted; these are figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from statistics import median
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]
+
+import yaml  # noqa: E402
+
+from exporter.sim.fakedcgm import hostengine  # noqa: E402
+from perf.anatomy import measure_polls  # noqa: E402
+
+SCENARIOS = HERE.parent / "examples" / "scenarios"
+
+
+class EngineTimer:
+    """Thread CPU seconds spent inside the simulated DCGM library (every C symbol it answers)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._lock = threading.Lock()
+        self._original = None
+
+    def install(self) -> None:
+        original = self._original = hostengine.FakeDcgmLib.__getattr__
+        timer = self
+
+        def timed_getattr(lib, name):
+            symbol = original(lib, name)
+
+            def timed(*args):
+                start = time.thread_time()
+                try:
+                    return symbol(*args)
+                finally:
+                    with timer._lock:
+                        timer.seconds += time.thread_time() - start
+            return timed
+
+        hostengine.FakeDcgmLib.__getattr__ = timed_getattr
+
+    def uninstall(self) -> None:
+        if self._original is not None:
+            hostengine.FakeDcgmLib.__getattr__ = self._original
+
+
+def a100_node(tmp: Path, gpus: int = 8) -> Path:
+    """gpus x A100-80GB, each split into seven 1g.10gb instances with one busy process each."""
+    data = {"name": f"a100x{gpus}-7x1g", "duration": "2h",
+            "gpus": [{"model": "A100-80GB", "mig": [{"profile": "1g.10gb", "start": s} for s in range(7)]}
+                     for _ in range(gpus)],
+            "processes": [{"pid": 50_000 + 10 * g + i, "cmdline": f"python3 infer.py --shard {g}-{i}", "gpu": g,
+                           "mig": i, "memory": "6GiB", "sm_active": 0.5, "tensor_active": 0.3, "dram_active": 0.2}
+                          for g in range(gpus) for i in range(7)]}
+    path = tmp / "a100x8-7x1g.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def cost(path: Path, backend_kind: str, start_at: float, polls: int, warmup: int = 4) -> dict:
+    """Median per-poll figures of one backend on one scenario."""
+    from exporter.backend.choose import DcgmOptions
+    from exporter.backend.sim import SimBackend
+    from exporter.commands.serve import make_poller
+    from exporter.foresight.state import Foresight
+    from exporter.prerender import PrerenderPlan
+
+    backend = SimBackend(path, backend=backend_kind, dcgm=DcgmOptions(interval=1.0))
+    clock = [start_at]
+    backend.step_to(start_at)
+
+    def advance():
+        clock[0] += 1.0
+        backend.step_to(clock[0])
+
+    poller = make_poller(backend, 1.0, Foresight())
+    backend.open()
+    timer = EngineTimer()
+    try:
+        for _ in range(warmup):
+            advance()
+            poller.poll_once()
+        poller._prerender = PrerenderPlan()  # no scraper: the measured polls encode nothing
+        inner = backend.inner
+        dcgm_calls = []
+        timer.install()
+        engine = []
+
+        def poll():
+            before = timer.seconds
+            poller.poll_once()
+            engine.append(timer.seconds - before)
+            if backend_kind == "dcgm":
+                dcgm_calls.append(inner.dcgm_calls_last_poll)
+
+        measured = measure_polls(backend.sim, poll, polls, advance, api_counter=backend.nvml.caller.calls_by_name)
+        exporter_cpu = max(0.0, measured.cpu_total - measured.cpu_fake_driver - measured.cpu_sim_advance - median(engine))
+        return {"exporter_cpu_ms": 1000 * exporter_cpu, "total_cpu_ms": 1000 * measured.cpu_total,
+                "fake_nvml_ms": 1000 * measured.cpu_fake_driver, "fake_dcgm_ms": 1000 * median(engine),
+                "nvml_calls": measured.api_calls, "dcgm_calls": median(dcgm_calls) if dcgm_calls else 0,
+                "backend": backend.name,
+                "samples": sum(1 for line in poller.exposition.text.splitlines() if not line.startswith(b"#"))}
+    finally:
+        timer.uninstall()
+        backend.close()
+
+
+def render(rows: list[dict]) -> str:
+    lines = ["== DCGM backend poll cost next to NVML's (median per poll; exporter CPU excludes the simulated "
+             "driver, host engine and simulation)",
+             f"{'scenario':<24} {'backend':<7} {'exporter CPU ms':>15} {'vs nvml':>8} {'samples':>7} "
+             f"{'NVML calls':>10} {'DCGM calls':>10} {'sim NVML ms':>11} {'sim DCGM ms':>11}"]
+    for row in rows:
+        ratio = row["exporter_cpu_ms"] / row["nvml_cpu_ms"] if row["nvml_cpu_ms"] else float("nan")
+        lines.append(f"{row['scenario']:<24} {row['backend']:<7} {row['exporter_cpu_ms']:>15.2f} {ratio:>7.2f}x "
+                     f"{row['samples']:>7} {row['nvml_calls']:>10} {row['dcgm_calls']:>10g} {row['fake_nvml_ms']:>11.2f} "
+                     f"{row['fake_dcgm_ms']:>11.2f}")
+    lines.append("samples: series on /metrics (the DCGM rows include the pipe activity NVML cannot give "
+                 "pre-Hopper); calls: through the exporter's choke points")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="dcgm_bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="one scenario, three polls (harness check)")
+    parser.add_argument("--polls", type=int, default=20, help="measured polls per scenario and backend")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    args = parser.parse_args(argv)
+    logging.disable(logging.WARNING)
+    tmp = Path(tempfile.mkdtemp(prefix="gpushare-dcgm-bench-"))
+    cases = [("a100-40gb-two-3g@300s", SCENARIOS / "a100-40gb-two-3g.yaml", 300.0)]
+    if not args.smoke:
+        cases += [("a30-mig-dcgm@240s", SCENARIOS / "a30-mig-dcgm.yaml", 240.0),
+                  ("h100-mixed-node@600s", SCENARIOS / "h100-mixed-node.yaml", 600.0),
+                  ("8xA100 7x1g MIG", a100_node(tmp), 60.0)]
+    polls = 3 if args.smoke else args.polls
+    rows = []
+    for label, path, start_at in cases:
+        print(f"[dcgm-bench] {label}", file=sys.stderr, flush=True)
+        nvml = cost(path, "nvml", start_at, polls)
+        dcgm = cost(path, "dcgm", start_at, polls)
+        for row in (nvml, dcgm):
+            rows.append({"scenario": label, "nvml_cpu_ms": nvml["exporter_cpu_ms"], **row})
+    print(render(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,113 @@
+"""DCGM backend: pipe activity and device fields from DCGM, the rest from NVML, one Snapshot.
+
+DCGM supplies, per GPU and per MIG GPU instance, the profiling (DCP) fields that give SM,
+tensor, FP64/32/16 and DRAM activity on every datacenter GPU since Volta (NVML's GPM has
+them only on Hopper and newer), and the device fields it watches anyway (power, energy,
+temperature, SM/memory/video clocks, utilization, volatile ECC counts). NVML still reads
+identity, MIG mode and inventory, memory, processes, MPS and XID events: the two combine
+per GPU, and what DCGM supplies this poll is not read through NVML (GpuReader.provided).
+
+When DCGM cannot supply something (no host engine, -29, -33, -37, version mismatch, a GPU
+without profiling metrics), the NVML reader reads it instead where NVML can (GPM on Hopper+),
+``gpushare_exporter_source_available{source=...}`` says 0, the reason is logged once and the
+source is tried again every few polls (exporter/backend/dcgm_source.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+from exporter.backend.dcgm_bindings import Bindings
+from exporter.backend.dcgm_session import DcgmAddress, DcgmSession
+from exporter.backend.dcgm_source import DcgmReading, DcgmSource, NvmlView
+from exporter.backend.dcgm_values import DEVICE_PROVIDES, PROFILING_PROVIDES, activity, device_values
+from exporter.snapshot import GpuInfo, Snapshot
+
+log = logging.getLogger(__name__)
+
+
+class DcgmBackend:
+    """``Backend`` "dcgm": an NvmlBackend plus a DcgmSource (see the module docstring)."""
+
+    name = "dcgm"
+
+    def __init__(self, nvml, bindings: Bindings, address: DcgmAddress | None, interval: float,
+                 session: DcgmSession | None = None, reason: str = ""):
+        """``nvml``: an NvmlBackend, opened here unless already open; ``session``: already connected."""
+        self.nvml = nvml
+        self.source = DcgmSource(bindings, address, interval, session)
+        self.reason = reason
+        self._open = False
+
+    def open(self) -> None:
+        if not getattr(self.nvml, "_open", False):
+            self.nvml.open()
+        self._open = True
+        log.info("backend dcgm: %s", self.reason or "DCGM for activity and device fields, NVML for the rest")
+
+    def poll(self) -> Snapshot:
+        if not self._open:
+            raise RuntimeError("DcgmBackend.poll() called before open()")
+        started = time.monotonic()
+        reading = self.source.read()
+        for reader in self.nvml.readers:
+            provided = frozenset()
+            if reader.index in reading.device:
+                provided |= DEVICE_PROVIDES
+            if reader.index in reading.profiled:
+                provided |= PROFILING_PROVIDES
+            reader.provided = provided
+        snapshot = self.nvml.poll()
+        self.source.observe(NvmlView(
+            uuids={g.uuid: g.index for g in snapshot.gpus if g.uuid},
+            layout={g.index: frozenset((i.gi, i.profile_id, i.mig_uuid) for i in g.mig_instances)
+                    for g in snapshot.gpus if g.up}))
+        return self._merge(snapshot, reading, time.monotonic() - started)
+
+    def _merge(self, snapshot: Snapshot, reading: DcgmReading, duration: float) -> Snapshot:
+        gpus = tuple(self._merge_gpu(gpu, reading) for gpu in snapshot.gpus)
+        section_ok = dict(snapshot.section_ok)
+        for section, _, _ in reading.value_errors:
+            section_ok[section] = False
+        call_errors = dict(snapshot.call_errors)
+        call_errors.update(self.source.errors)
+        return dataclasses.replace(
+            snapshot, backend=self.name, gpus=gpus, section_ok=section_ok, call_errors=call_errors,
+            poll_duration_seconds=duration, sources={**snapshot.sources, **reading.sources},
+            backend_reason=self.reason)
+
+    @staticmethod
+    def _merge_gpu(gpu: GpuInfo, reading: DcgmReading) -> GpuInfo:
+        if not gpu.up:
+            return gpu
+        changes: dict = {}
+        device = reading.device.get(gpu.index)
+        if device is not None:
+            parts = device_values({fid: r.value for fid, r in device.items()})
+            changes.update(parts["values"])
+            changes["clocks_hertz"] = {**gpu.clocks_hertz, **parts["clocks"]}
+            changes["ecc_errors"] = parts["ecc"]
+        if gpu.index in reading.profiled:
+            values = reading.profiling.get((gpu.index, None), {})
+            changes["activity"] = activity({fid: r.value for fid, r in values.items()})
+            changes["mig_instances"] = tuple(
+                dataclasses.replace(inst, activity=activity(
+                    {fid: r.value for fid, r in reading.profiling.get((gpu.index, inst.gi), {}).items()}))
+                for inst in gpu.mig_instances)
+        return dataclasses.replace(gpu, **changes) if changes else gpu
+
+    @property
+    def calls_last_poll(self) -> int:
+        """NVML calls of the last poll (DCGM calls: ``dcgm_calls_last_poll``)."""
+        return self.nvml.calls_last_poll
+
+    @property
+    def dcgm_calls_last_poll(self) -> int:
+        return self.source.caller.calls_this_poll
+
+    def close(self) -> None:
+        self.source.close()
+        self.nvml.close()
+        self._open = False

@@ -1,0 +1,127 @@
+"""Which DCGM fields the backend watches, and how their values become Snapshot values.
+
+Fields are named by number: DCGM 4.6 renamed the constants, the ids stayed
+(shared/reference/dcgm_k8s_facts.md §A5-A7). A value is ``None`` when DCGM has none: a
+non-zero status, or a blank sentinel (BLANK, NOT_FOUND, NOT_SUPPORTED, NOT_PERMISSIONED;
+DCGM 4.5 returns blanks where 4.4 returned 0). None is exported as an absent series, never 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from exporter.snapshot import Activity
+
+# Device fields (GPU entities) -> what they give. Units in DCGM: MHz, degrees C, W, mJ, percent, counts.
+DEVICE_FIELDS = {
+    100: "clock:sm",
+    101: "clock:memory",
+    102: "clock:video",
+    150: "temperature",
+    155: "power",
+    156: "energy",
+    164: "power_limit",
+    203: "utilization",
+    204: "memory_utilization",
+    310: "ecc_corrected",
+    311: "ecc_uncorrected",
+}
+# What the NVML GPU reader does not read for a GPU whose device fields DCGM supplies
+# (keys of exporter.backend.nvml_device.GpuReader.provided). The graphics clock (DCGM has no
+# field for it), clock event reasons (DCGM gives no "supported" mask), memory (NVML counts
+# bytes, DCGM MiB), MIG mode, compute mode and XID counts stay with NVML.
+DEVICE_PROVIDES = frozenset({"utilization", "power", "power_limit", "energy", "temperature",
+                             "clock:sm", "clock:memory", "clock:video", "ecc"})
+# Profiling (DCP) fields on GPU and GPU-instance entities -> Activity field. Ratios 0..1.
+PROFILING_FIELDS = {
+    1001: "graphics_active",
+    1002: "sm_active",
+    1003: "sm_occupancy",
+    1004: "tensor_active",
+    1005: "dram_active",
+    1006: "fp64_active",
+    1007: "fp32_active",
+    1008: "fp16_active",
+}
+PROFILING_PROVIDES = frozenset({"activity", "mig_activity"})
+# Field labels in gpushare_exporter_poll_errors_total{call="dcgm:<id>:<what>"}.
+FIELD_LABELS = {fid: f"dcgm:{fid}:{what}" for fid, what in {**DEVICE_FIELDS, **PROFILING_FIELDS}.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One field value as read: ``value`` None when blank or failed; ``status`` the DCGM_ST_* code."""
+
+    value: float | int | str | None
+    status: int = 0
+
+
+class Decoder:
+    """c_dcgmFieldValue_v1/v2 -> Reading, with the bindings' blank sentinels (read once).
+
+    A value is blank when it is at or above its type's BLANK sentinel (dcgmvalue's
+    DCGM_*_IS_BLANK test); the comparisons are inlined because a poll decodes one value per
+    (entity, field), hundreds on a MIG node.
+    """
+
+    def __init__(self, bindings):
+        fields, value = bindings.fields, bindings.value
+        self.double = ord(fields.DCGM_FT_DOUBLE)
+        self.ints = (ord(fields.DCGM_FT_INT64), ord(fields.DCGM_FT_TIMESTAMP))
+        self.string = ord(fields.DCGM_FT_STRING)
+        self.fp64_blank = value.DCGM_FP64_BLANK
+        self.int64_blank = value.DCGM_INT64_BLANK
+        self.str_is_blank = value.DCGM_STR_IS_BLANK
+
+    def __call__(self, fv) -> Reading:
+        status = fv.status
+        if status != 0:
+            return Reading(None, int(status))
+        kind = fv.fieldType
+        kind = ord(kind) if isinstance(kind, str) else kind
+        if kind == self.double:
+            number = fv.value.dbl
+            return Reading(None if number >= self.fp64_blank else float(number))
+        if kind in self.ints:
+            number = fv.value.i64
+            return Reading(None if number >= self.int64_blank else int(number))
+        if kind == self.string:
+            text = fv.value.str
+            return Reading(None if self.str_is_blank(text) else str(text))
+        return Reading(None)
+
+
+def decode(bindings, fv) -> Reading:
+    """One value (see Decoder; use a Decoder for many)."""
+    return Decoder(bindings)(fv)
+
+
+def device_values(values: Mapping[int, object | None]) -> dict:
+    """GpuInfo keyword values from device field values (absent ones stay None)."""
+
+    def num(fid, scale=1.0):
+        value = values.get(fid)
+        return None if value is None else value * scale
+
+    energy = num(156, 1e-3)  # mJ -> J
+    temperature = num(150)
+    out = {
+        "utilization_ratio": num(203, 0.01),
+        "memory_utilization_ratio": num(204, 0.01),
+        "power_watts": num(155),
+        "power_limit_watts": num(164),
+        "energy_joules": energy,
+        "temperature_celsius": None if temperature is None else float(temperature),
+    }
+    clocks = {name: values[fid] * 1e6 for fid, name in ((100, "sm"), (101, "memory"), (102, "video"))
+              if values.get(fid) is not None}
+    ecc = {name: int(values[fid]) for fid, name in ((310, "corrected"), (311, "uncorrected"))
+           if values.get(fid) is not None}
+    return {"values": out, "clocks": clocks, "ecc": ecc}
+
+
+def activity(values: Mapping[int, object | None]) -> Activity:
+    """Activity from profiling field values; ratios clamped to 0..1 (DCGM can overshoot a little)."""
+    return Activity(**{pipe: min(1.0, max(0.0, float(values[fid])))
+                       for fid, pipe in PROFILING_FIELDS.items() if values.get(fid) is not None})

@@ -1,0 +1,208 @@
+"""The simulated DCGM behaves like DCGM's bindings where the backend depends on it, and the
+backend reads DCGM only through one module.
+
+Facts checked against shared/reference/dcgm_k8s_facts.md part A (struct members, error
+classes, blank sentinels, MIG hierarchy semantics, connect API by version).
+"""
+
+from __future__ import annotations
+
+import re
+from ctypes import c_void_p
+from pathlib import Path
+
+import pytest
+
+from dcgm_helpers import write_scenario
+from exporter.backend import dcgm_bindings
+from exporter.backend.dcgm_values import decode
+from exporter.errors import UserError
+from exporter.sim import Simulation, fakedcgm
+from exporter.sim.fakedcgm.spec import DcgmSpec
+from exporter.sim.scenario import load_scenario
+
+REPO = Path(__file__).resolve().parent.parent
+B = dcgm_bindings.load((fakedcgm.BINDINGS_DIR,))
+
+
+@pytest.fixture
+def engine(tmp_path):
+    """An embedded host engine over an A100 (3g + 2g instances) and an A30 (whole), DCGM ids swapped."""
+    data = {"name": "fake", "gpus": [
+        {"model": "A100-80GB", "mig": [{"profile": "2g.20gb", "start": 0}, {"profile": "3g.40gb", "start": 4}]},
+        {"model": "A30"}], "processes": [], "dcgm": {"gpu_ids": [3, 1]}}
+    scenario = load_scenario(write_scenario(tmp_path, data))
+    sim = Simulation(scenario)
+    sim.install()
+    lib = fakedcgm.install(sim, scenario.dcgm)
+    B.structs._dcgmInit()
+    handle = B.agent.dcgmStartEmbedded(B.structs.DCGM_OPERATION_MODE_AUTO)
+    yield sim, lib, handle
+    B.agent.dcgmStopEmbedded(handle)
+    fakedcgm.uninstall(lib)
+    sim.close()
+
+
+def test_error_classes_follow_dcgm_naming():
+    err = B.structs.DCGMError(-21)
+    assert type(err).__name__ == "DCGMError_ConnectionNotValid" and isinstance(err, B.structs.DCGMError)
+    assert err.value == -21 and str(err) == "The connection to the host engine is not valid any longer"
+    assert B.structs.dcgmExceptionClass(-37).__name__ == "DCGMError_ProfilingLibraryError"
+    assert B.structs.DCGMError_VerMismatch().value == -12 and str(B.structs.DCGMError(-12)) == "API version mismatch"
+    for code, name in ((-29, "RequiresRoot"), (-33, "ModuleNotLoaded"), (-20, "FunctionNotFound"),
+                       (-25, "LibraryNotFound"), (-36, "ProfilingNotSupported")):
+        assert type(B.structs.DCGMError(code)).__name__ == "DCGMError_" + name
+
+
+def test_field_value_struct_members():
+    names = [f[0] for f in B.structs.c_dcgmFieldValue_v2._fields_]
+    assert names == ["version", "entityGroupId", "entityId", "fieldId", "fieldType", "status", "unused", "ts", "value"]
+    assert [f[0] for f in B.structs.c_dcgmFieldValue_v1_value._fields_] == ["i64", "dbl", "str", "blob"]
+    assert B.fields.DCGM_FE_GPU == 1 and B.fields.DCGM_FE_GPU_I == 4 and B.fields.DCGM_FE_GPU_CI == 5
+
+
+@pytest.mark.parametrize("kind,field", [("d", "dbl"), ("i", "i64"), ("s", "str")])
+def test_every_blank_sentinel_decodes_to_none(kind, field):
+    """BLANK, NOT_FOUND, NOT_SUPPORTED and NOT_PERMISSIONED are no value; a real value is one."""
+    v = B.value
+    blanks = {"d": [v.DCGM_FP64_BLANK, v.DCGM_FP64_NOT_FOUND, v.DCGM_FP64_NOT_SUPPORTED, v.DCGM_FP64_NOT_PERMISSIONED],
+              "i": [v.DCGM_INT64_BLANK, v.DCGM_INT64_NOT_FOUND, v.DCGM_INT64_NOT_SUPPORTED, v.DCGM_INT64_NOT_PERMISSIONED],
+              "s": [v.DCGM_STR_BLANK, v.DCGM_STR_NOT_FOUND, v.DCGM_STR_NOT_SUPPORTED, v.DCGM_STR_NOT_PERMISSIONED]}
+    real = {"d": 0.0, "i": 0, "s": "GPU-x"}  # zero is a value, not a blank
+    fv = B.structs.c_dcgmFieldValue_v2()
+    fv.fieldType = ord(kind)
+    for blank in blanks[kind]:
+        setattr(fv.value, field, blank)
+        assert decode(B, fv).value is None, blank
+    setattr(fv.value, field, real[kind])
+    assert decode(B, fv).value == real[kind]
+    fv.status = -18
+    assert decode(B, fv).value is None and decode(B, fv).status == -18
+
+
+def test_library_not_installed():
+    with pytest.raises(B.structs.DCGMError_LibraryNotFound):
+        B.structs._dcgmInit()
+
+
+def test_mig_hierarchy_rows(engine):
+    """GI rows: entity (GPU_I, gpuId*maxGpcs + k), parent (GPU, gpuId), nvmlInstanceId = NVML GI id,
+    nvmlComputeInstanceId -1 (unsigned), gpuUuid = the parent's, nvmlMigProfileId = the NVML profile id."""
+    sim, _, handle = engine
+    hierarchy = B.agent.dcgmGetGpuInstanceHierarchy(handle)
+    rows = [hierarchy.entityList[n] for n in range(hierarchy.count)]
+    gis = [r for r in rows if r.entity.entityGroupId == B.fields.DCGM_FE_GPU_I]
+    assert {(r.entity.entityId, r.parent.entityId, r.info.nvmlInstanceId, r.info.nvmlMigProfileId) for r in gis} == {
+        (3 * 7 + 0, 3, 3, 14),  # 2g.20gb at slice 0 is GI 3, profile id 14 (profiles in enum order first)
+        (3 * 7 + 1, 3, 1, 9),  # 3g.40gb at slice 4 is GI 1, profile id 9
+    }
+    assert all(r.info.nvmlComputeInstanceId == 0xFFFFFFFF for r in gis)
+    assert all(r.info.gpuUuid == sim.engine.gpus[0].uuid and r.info.nvmlGpuIndex == 0 for r in gis)
+    cis = [r for r in rows if r.entity.entityGroupId == B.fields.DCGM_FE_GPU_CI]
+    assert len(cis) == 2 and all(r.parent.entityGroupId == B.fields.DCGM_FE_GPU_I for r in cis)
+
+
+def test_gpu_ids_and_uuids(engine):
+    sim, _, handle = engine
+    assert B.agent.dcgmGetAllSupportedDevices(handle) == [1, 3]
+    assert B.agent.dcgmGetDeviceAttributes(handle, 3).identifiers.uuid == sim.engine.gpus[0].uuid
+    assert B.agent.dcgmGetDeviceAttributes(handle, 1).identifiers.uuid == sim.engine.gpus[1].uuid
+
+
+def test_watch_errors(engine):
+    """Unknown handle, unsupported profiling field, duplicate field group name: DCGM's errors."""
+    _, _, handle = engine
+    with pytest.raises(B.structs.DCGMError_Badparam):
+        B.agent.dcgmUpdateAllFields(c_void_p(12345), 1)
+    B.agent.dcgmFieldGroupCreate(handle, [1002], "name")
+    with pytest.raises(B.structs.DCGMError_DuplicateKey):
+        B.agent.dcgmFieldGroupCreate(handle, [1002], "name")
+    with pytest.raises(B.structs.DCGMError_UnknownField):
+        B.agent.dcgmFieldGroupCreate(handle, [9999], "other")
+
+
+def test_unwatched_and_first_values(engine):
+    """Unwatched fields come back NOT_WATCHED; watched profiling fields are blank until an interval passed."""
+    sim, _, handle = engine
+    pair = B.structs.c_dcgmGroupEntityPair_t()
+    pair.entityGroupId, pair.entityId = B.fields.DCGM_FE_GPU, 1
+    (fv,) = B.agent.dcgmEntitiesGetLatestValues(handle, [pair], [155], 0)
+    assert fv.status == -16
+    group = B.agent.dcgmGroupCreate(handle, B.structs.DCGM_GROUP_EMPTY, "g")
+    B.agent.dcgmGroupAddEntity(handle, group, B.fields.DCGM_FE_GPU, 1)
+    B.agent.dcgmWatchFields(handle, group, B.agent.dcgmFieldGroupCreate(handle, [155, 1002], "f"), 1_000_000, 10.0, 2)
+    B.agent.dcgmUpdateAllFields(handle, 1)
+    power, sm = B.agent.dcgmEntitiesGetLatestValues(handle, [pair], [155, 1002], 0)
+    assert decode(B, power).value == pytest.approx(sim.engine.telemetry.power_w(1, 0.0)) and decode(B, sm).value is None
+    sim.advance_to(2.0)
+    power, sm = B.agent.dcgmEntitiesGetLatestValues(handle, [pair], [155, 1002], 0)
+    assert decode(B, sm).value == 0.0  # idle: zero, a value
+
+
+def test_connect_v3_absent_before_dcgm_45(tmp_path):
+    data = {"name": "v3", "gpus": [{"model": "A30"}], "processes": [], "dcgm": {"version": "4.4.2"}}
+    scenario = load_scenario(write_scenario(tmp_path, data))
+    with Simulation(scenario) as sim:
+        lib = fakedcgm.install(sim, scenario.dcgm)
+        try:
+            B.structs._dcgmInit()
+            params = B.structs.c_dcgmConnectV3Params_v1()
+            with pytest.raises(B.structs.DCGMError_FunctionNotFound):
+                B.agent.dcgmConnect_v3("tcp://127.0.0.1:5555", params)
+            handle = B.agent.dcgmConnect_v2("127.0.0.1:5555", B.structs.c_dcgmConnectV2Params_v2())
+            assert handle.value
+            assert "version:4.4.2" in B.agent.dcgmVersionInfo().rawBuildInfoString
+        finally:
+            fakedcgm.uninstall(lib)
+
+
+def test_bindings_loader_refuses_cleanly(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(dcgm_bindings.BindingsNotFound, match=re.escape(f"looked in {empty})")):
+        dcgm_bindings.load((str(empty),))
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("dcgm_structs", "dcgm_fields", "dcgmvalue"):
+        (broken / f"{name}.py").write_text("")
+    (broken / "dcgm_agent.py").write_text("raise SystemError('libdcgm.so.4: cannot open shared object file')\n")
+    try:
+        with pytest.raises(dcgm_bindings.BindingsNotFound, match=r"failed to import: SystemError: libdcgm"):
+            dcgm_bindings.load((str(broken),))
+    finally:
+        dcgm_bindings.load((fakedcgm.BINDINGS_DIR,))  # put the fake modules back for the other tests
+    assert dcgm_bindings.search_dirs("/opt/dcgm") == ("/opt/dcgm",)
+    assert dcgm_bindings.search_dirs(None)[:2] == ("/usr/share/datacenter-gpu-manager-4/bindings/python3",
+                                                    "/usr/local/dcgm/bindings/python3")
+
+
+def test_only_one_module_imports_the_bindings():
+    """exporter/backend/dcgm_bindings.py is the only importer of DCGM's modules (outside the fake)."""
+    pattern = re.compile(r"^\s*(import|from)\s+(pydcgm|dcgm_structs|dcgm_fields|dcgm_agent|dcgmvalue|DcgmReader)\b",
+                         re.MULTILINE)
+    offenders = [str(p.relative_to(REPO)) for p in (REPO / "exporter").rglob("*.py")
+                 if pattern.search(p.read_text()) and "fakedcgm/bindings" not in str(p)]
+    assert offenders == []
+    assert "importlib.import_module(name)" in (REPO / "exporter/backend/dcgm_bindings.py").read_text()
+
+
+@pytest.mark.parametrize("section,message", [
+    ({"faults": [{"kind": "profiling_lok"}]}, "dcgm.faults[0].kind: unknown DCGM fault 'profiling_lok' (did you mean 'profiling_lock'?)"),
+    ({"faults": [{"kind": "hostengine_down", "at": "2m", "until": "1m"}]}, "dcgm.faults[0].until: until 1m must be after at 2m"),
+    ({"gpu_ids": [0, 0]}, "dcgm.gpu_ids: needs 2 distinct ids"),
+    ({"unsupported_fields": [{"gpu": 0, "fields": [155]}]}, "dcgm.unsupported_fields[0].fields[0]: only the profiling fields"),
+    ({"version": "5.0"}, "dcgm.version: expected a DCGM 3.x or 4.x version"),
+    ({"root": "no"}, "dcgm.root:"),
+    ({"rooot": False}, "dcgm.rooot:"),
+])
+def test_dcgm_section_errors_are_one_line(tmp_path, section, message):
+    data = {"name": "bad", "gpus": [{"model": "A30"}, {"model": "A30"}], "dcgm": section}
+    with pytest.raises(UserError) as info:
+        load_scenario(write_scenario(tmp_path, data))
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_dcgm_section_defaults(tmp_path):
+    scenario = load_scenario(write_scenario(tmp_path, {"name": "d", "gpus": [{"model": "A30"}], "dcgm": {}}))
+    assert scenario.dcgm == DcgmSpec()
+    assert load_scenario(write_scenario(tmp_path, {"name": "n", "gpus": [{"model": "A30"}]}, "n.yaml")).dcgm is None
