@@ -195,6 +195,7 @@ class _GpuWorker:
         self.result: tuple[GpuInfo, set[str]] | None = None
         self._wake = threading.Event()
         self._stopping = False
+        self._last_error: str | None = None
         self.thread = threading.Thread(target=self._loop, daemon=True, name=f"nvml-gpu{reader.index}")
         self.thread.start()
 
@@ -223,7 +224,10 @@ class _GpuWorker:
             try:
                 self.result = self.reader.read()
             except Exception as exc:  # noqa: BLE001 - a reader bug must not end the worker
-                log.error("GPU %d: read failed: %s: %s", self.reader.index, type(exc).__name__, exc)
+                message = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+                (log.error if message != self._last_error else log.debug)(
+                    "GPU %d: read failed: %s", self.reader.index, message)
+                self._last_error = message
                 log.debug("GPU read traceback", exc_info=exc)
                 self.result = None
             finally:
@@ -298,9 +302,9 @@ class NvmlBackend:
                 worker.start_read()
                 if worker.done.wait(self.gpu_timeout):
                     result = worker.result  # None only if the reader itself failed (logged)
-                else:
-                    log.warning("GPU %d: read took longer than %.1fs; reported down",
-                                worker.reader.index, self.gpu_timeout)
+                else:  # logged once, as the GPU going down (exporter.transitions)
+                    log.debug("GPU %d: read took longer than %.1fs; reported down",
+                              worker.reader.index, self.gpu_timeout)
             info, sections = result or (worker.reader.down("timeout"), set(SECTIONS))
             gpus.append(info)
             failed |= sections

@@ -29,7 +29,24 @@ _FLAG_HELP: dict[str, tuple[str, str]] = {
     "procfs": ("PATH", "where the host's /proc is mounted, for process names and MPS limits (default /proc)"),
     "gpu_timeout": ("SECONDS", "give up on a GPU whose reads take longer than this; it reports up=0 (default 2)"),
     "state_dir": ("DIR", "keep learned workload memory profiles here (SQLite) across restarts (default: memory only)"),
+    "web_config_file": ("FILE", "web config (exporter-toolkit format): TLS, client certificates, basic auth, "
+                                "headers; reloaded on SIGHUP or change (docs/security.md)"),
+    "web_max_connections": ("N", "most HTTP connections open at once (default 256)"),
+    "web_read_timeout": ("SECONDS", "time a client has to finish sending a request or a TLS handshake (default 10)"),
+    "web_idle_timeout": ("SECONDS", "close keep-alive connections idle this long (default 120)"),
 }
+# Flags spelled as Prometheus and its exporters spell them; the config key stays key_with_underscores.
+_FLAG_NAMES = {
+    "web_config_file": "--web.config.file",
+    "web_max_connections": "--web.max-connections",
+    "web_read_timeout": "--web.read-timeout",
+    "web_idle_timeout": "--web.idle-timeout",
+}
+
+
+def flag_name(key: str) -> str:
+    """The command-line flag of setting ``key`` (``--gpu-timeout``, ``--web.config.file``)."""
+    return _FLAG_NAMES.get(key, "--" + key.replace("_", "-"))
 
 
 def add_setting_flags(parser: argparse.ArgumentParser, keys: Iterable[str]) -> None:
@@ -40,7 +57,7 @@ def add_setting_flags(parser: argparse.ArgumentParser, keys: Iterable[str]) -> N
     for key in keys:
         metavar, text = _FLAG_HELP[key]
         parser.add_argument(
-            "--" + key.replace("_", "-"),
+            flag_name(key),
             dest=key,
             type=flag_type(key),
             default=argparse.SUPPRESS,
@@ -67,6 +84,9 @@ def make_backend(settings: Settings) -> Backend:
     """The backend the settings ask for, constructed but not opened."""
     if settings.backend == "dcgm":
         raise UserError("--backend dcgm: the DCGM backend is not implemented yet; use --backend nvml (or auto)")
+    from exporter import redact
+
+    redact.configure(settings.redact_patterns)  # before the backend reads a command line
     if settings.simulate is not None:
         if not os.path.isfile(settings.simulate):
             raise UserError(f"--simulate {settings.simulate}: no such file")
