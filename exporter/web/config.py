@@ -52,7 +52,9 @@ class WebConfigError(UserError):
 
 
 def _enum(names, what: str):
-    def decode(node, path: str) -> str:
+    def decode(node, path: str) -> str | None:
+        if goyaml.is_null(node):
+            return None  # Go leaves the field at its zero value: the default applies
         text = goyaml.string(node, path)
         if text not in names:
             raise goyaml.GoYamlError(path, f"unknown {what} {text!r} (known: {', '.join(names)})", node)

@@ -17,6 +17,7 @@ import os
 import re
 import ssl
 import tempfile
+import warnings
 from dataclasses import dataclass
 
 # Go's tls.CipherSuites() (Go 1.19, as in promtool 2.42) -> OpenSSL name. TLS 1.3 suites are
@@ -216,8 +217,10 @@ def apply_policy(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
     Separate from the key material because these are copied into each connection when it
     is accepted, so a reload must set them on the listening context itself.
     """
-    ctx.minimum_version = GO_VERSIONS[settings.min_version]
-    ctx.maximum_version = GO_VERSIONS[settings.max_version]
+    with warnings.catch_warnings():  # TLS 1.0/1.1 are deprecated in Python; the config may still ask
+        warnings.simplefilter("ignore", DeprecationWarning)
+        ctx.minimum_version = GO_VERSIONS[settings.min_version]
+        ctx.maximum_version = GO_VERSIONS[settings.max_version]
     if settings.prefer_server_cipher_suites:
         ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
     else:
