@@ -101,7 +101,7 @@ def parse_yaml(text: str, source: str, loader: type[yaml.SafeLoader] = SafeInput
     except RecursionError:
         raise UserError(f"{source}: not valid YAML: nested too deeply") from None
     except ValueError as exc:  # e.g. an integer of more than 4300 digits
-        raise UserError(f"{source}: not valid YAML: {' '.join(str(exc).split())}") from None
+        raise UserError(f"{source}: not valid YAML: {value_problem(exc)}") from None
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:
@@ -126,4 +126,12 @@ def parse_json(text: str, source: str) -> Any:
     except RecursionError:
         raise UserError(f"{source}: not valid JSON: nested too deeply") from None
     except ValueError as exc:  # an integer of more than 4300 digits
-        raise UserError(f"{source}: not valid JSON: {' '.join(str(exc).split())}") from None
+        raise UserError(f"{source}: not valid JSON: {value_problem(exc)}") from None
+
+
+def value_problem(exc: ValueError) -> str:
+    """A parser's ValueError in words (Python's integer-size guard names a Python setting)."""
+    text = " ".join(str(exc).split())
+    if "int_max_str_digits" in text or "integer string conversion" in text:
+        return "a number with thousands of digits"
+    return text

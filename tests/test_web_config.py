@@ -111,6 +111,8 @@ CASES = [
     "basic_auth_users: {a: '$2y$10$" + "a" * 51 + "'}",
     f"basic_auth_users: {{alice: '{HASH}'}}\nbasic_auth_users: {{bob: '{HASH}'}}",
     f"basic_auth_users:\n  a: '{HASH}'\n  a: '{HASH}'",
+    "!", "! x", "!!str", "!!null", "!foo", "!foo {}", "tls_server_config: !foo {}", "tls_server_config: !!str",
+    "tls_server_config: !!null", "http_server_config: {http2: !!bool true}", "http_server_config: {http2: !!str true}",
     b"\xef\xbb\xbf{}", b"\xff\xfe{\x00}\x00\n\x00", b"{}\xff\n", b"# \xff\n{}\n",
 ]
 

@@ -24,6 +24,8 @@ GO_TRUE = frozenset({"y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on"
 GO_FALSE = frozenset({"n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"})
 _NULL_TAG = "tag:yaml.org,2002:null"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_INT_TAG = "tag:yaml.org,2002:int"
 MAX_DEPTH = 64  # far deeper than any valid file (3 levels); Go rejects deeper ones as type errors
 
 
@@ -53,6 +55,13 @@ class _DepthLimitedLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+
+    def compose_scalar_node(self, anchor):  # noqa: D401 - PyYAML hook
+        event = self.peek_event()
+        node = super().compose_scalar_node(anchor)
+        node.written_tag = event.tag  # PyYAML resolves a bare '!' to null; Go reads it as a tagged string
+        return node
 
 
 def _mark_node(loader: yaml.SafeLoader) -> Node:
@@ -89,8 +98,16 @@ def yaml_error_line(exc: yaml.YAMLError) -> str:
 
 
 def is_null(node: Node | None) -> bool:
-    """True for an absent value, ``~``, ``null`` (unquoted) or an empty scalar."""
-    return node is None or (isinstance(node, ScalarNode) and node.tag == _NULL_TAG)
+    """True for an absent value, ``~``, ``null`` (unquoted), ``!!null`` or an empty scalar."""
+    if node is None:
+        return True
+    written = getattr(node, "written_tag", None)
+    return isinstance(node, ScalarNode) and node.tag == _NULL_TAG and written in (None, _NULL_TAG)
+
+
+def _written(node: Node) -> str | None:
+    """The tag written in the file ('!!str', '!foo'), None when there was none."""
+    return getattr(node, "written_tag", None)
 
 
 def kind(node: Node) -> str:
@@ -136,7 +153,7 @@ def boolean(node: Node, path: str) -> bool | None:
     """A bool field: unquoted YAML 1.1 booleans only; None for null (keep the default)."""
     if is_null(node):
         return None
-    if isinstance(node, ScalarNode) and node.style is None:
+    if isinstance(node, ScalarNode) and node.style is None and _written(node) in (None, _BOOL_TAG):
         if node.value in GO_TRUE:
             return True
         if node.value in GO_FALSE:
@@ -148,7 +165,7 @@ def integer(node: Node, path: str) -> int | None:
     """An int field: an unquoted whole number; None for null."""
     if is_null(node):
         return None
-    if isinstance(node, ScalarNode) and node.style is None:
+    if isinstance(node, ScalarNode) and node.style is None and _written(node) in (None, _INT_TAG):
         try:
             return int(node.value.replace("_", ""), 0)
         except ValueError:
