@@ -64,7 +64,10 @@ class Background:
 
             app = web.Application()
             app.router.add_get("/api/v1/query", handler)
-            app.router.add_get("/elsewhere", lambda r: web.HTTPFound("http://example.invalid/x"))
+            async def elsewhere(request):
+                raise web.HTTPFound("http://example.invalid/x")
+
+            app.router.add_get("/elsewhere", elsewhere)
             runner = web.AppRunner(app)
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0)
