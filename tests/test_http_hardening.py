@@ -245,3 +245,14 @@ def test_any_bytes_get_a_4xx_or_an_answer_never_a_500(data):
             await server.close()
 
     asyncio.run(run())
+
+
+@pytest.mark.asyncio
+async def test_warnings_never_quote_the_clients_bytes(server, caplog):
+    """A malformed header line holding a credential is answered 400; the warning does not repeat it."""
+    caplog.set_level(logging.DEBUG)
+    for data in (b"GET / HTTP/1.1\r\nAuthorization Basic czNjcjN0\r\n\r\n", b"czNjcjN0 / HTTP/1.1\r\n\r\n",
+                 b"GET /" + b"czNjcjN0" * 2000 + b" HTTP/1.1\r\n\r\n"):
+        status = await status_of(server, data)
+        assert status == 0 or 400 <= status < 500
+    assert "czNjcjN0" not in "\n".join(r.getMessage() for r in caplog.records if r.levelno >= logging.INFO)

@@ -19,6 +19,7 @@ import pytest_asyncio
 
 from exporter.poller import Poller
 from exporter.server import start_server
+from exporter.web.guard import HttpLimits
 from exporter.web.live import LiveWebConfig
 from snapshot_samples import rich_snapshot
 from webcerts import HASH, PASSWORD, Pki
@@ -55,10 +56,10 @@ async def serve():
     """serve(config_path) -> a started server on a free port; all closed at the end."""
     servers = []
 
-    async def start(path: str | None):
+    async def start(path: str | None, limits: HttpLimits | None = None):
         poller = Poller(Backend(), 5.0)
         poller.poll_once()
-        server = await start_server(poller, "127.0.0.1", 0, web_config=LiveWebConfig.from_path(path))
+        server = await start_server(poller, "127.0.0.1", 0, web_config=LiveWebConfig.from_path(path), limits=limits)
         servers.append(server)
         return server
 
@@ -251,3 +252,21 @@ async def test_switching_tls_off_needs_a_restart(pki, serve):
     Path(path).write_text(USERS)
     assert not await server.reload("test")
     assert (await fetch(server.url, pki.client_context()))[0] == 200
+
+
+async def test_stalled_tls_handshake_is_closed_and_failures_are_not_logged_as_errors(pki, serve, caplog):
+    """Half a ClientHello is dropped after --web.read-timeout; failed handshakes leave no ERROR or traceback."""
+    caplog.set_level(logging.DEBUG, logger="asyncio")
+    caplog.set_level(logging.INFO)
+    server = await serve(web_config(pki, MTLS), HttpLimits(read_timeout=0.5))
+    host, port = server.url.removeprefix("https://").rstrip("/").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # the start of a ClientHello, then nothing
+    await writer.drain()
+    assert await asyncio.wait_for(reader.read(), 5.0) == b""
+    writer.close()
+    for client in ("rogue", None):
+        with pytest.raises((aiohttp.ClientError, ssl.SSLError, ConnectionError)):
+            await fetch(server.url, pki.client_context(client))
+    assert (await fetch(server.url, pki.client_context("client")))[0] == 200
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info and r.levelno > logging.DEBUG]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
@@ -95,11 +96,16 @@ def client_of(peer: object) -> str:
     return str(peer) if peer else "?"
 
 
+_QUOTED = re.compile(r"""b?'[^']*'?|b?"[^"]*"?""")
+
+
 def _first_line(exc: BaseException | None) -> str:
+    """What was wrong, without the client's bytes (they could hold a credential)."""
     if exc is None:
         return "bad request"
-    text = " ".join(str(getattr(exc, "message", "") or exc).split())
-    return text[:200] or type(exc).__name__
+    lines = str(getattr(exc, "message", "") or exc).strip().splitlines()
+    text = _QUOTED.sub("'...'", lines[0] if lines else "").rstrip(": ")
+    return " ".join(text.split())[:120] or type(exc).__name__
 
 
 class GuardedHandler(RequestHandler):
