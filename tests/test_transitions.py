@@ -183,3 +183,20 @@ def test_health_limit_covers_a_poll_that_waits_out_the_gpu_timeout(interval, gpu
     poller = make_poller(SimBackend(demo_without_hangs()), interval, Foresight(), gpu_timeout=gpu_timeout)
     worst_gap = interval + gpu_timeout + 0.5  # 0.5 s for the healthy GPUs' reads, generous
     assert poller.stale_after > worst_gap
+
+
+def test_mps_client_count_is_absent_when_the_client_list_failed():
+    """A failed MPS client list this poll: no gpushare_mps_clients (not 0), the servers still shown."""
+    import dataclasses
+
+    from exporter.collectors.mps import MpsCollector
+    from snapshot_samples import rich_snapshot
+
+    good = rich_snapshot()
+    failed = dataclasses.replace(good, section_ok={**good.section_ok, "mps": False})
+
+    def names(snapshot):
+        return {m.name for m in MpsCollector(lambda: snapshot).collect()}
+
+    assert "gpushare_mps_clients" in names(good)
+    assert "gpushare_mps_clients" not in names(failed) and "gpushare_mps_server" in names(failed)
