@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import json
 import socket
 import ssl
 import urllib.error
@@ -207,7 +208,8 @@ def fetch(url: str, options: ClientOptions | None = None, *, accept: str | None 
         with opener.open(request, timeout=options.timeout) as response:
             body = response.read(max_bytes + 1)
     except urllib.error.HTTPError as exc:
-        raise UserError(f"{where}: answered HTTP {exc.code} {exc.reason}{_hint(exc.code, flag)}") from None
+        detail = _api_error(exc)
+        raise UserError(f"{where}: answered HTTP {exc.code} {exc.reason}{detail}{_hint(exc.code, flag)}") from None
     except urllib.error.URLError as exc:
         raise UserError(f"{where}: {_url_error(exc.reason, flag, parts.scheme)}") from None
     except (ssl.SSLError, ConnectionError, socket.timeout, TimeoutError, OSError) as exc:
@@ -215,6 +217,16 @@ def fetch(url: str, options: ClientOptions | None = None, *, accept: str | None 
     if len(body) > max_bytes:
         raise UserError(f"{where}: answer larger than {max_bytes >> 20} MiB")
     return body
+
+
+def _api_error(exc: urllib.error.HTTPError) -> str:
+    """': <message>' from a Prometheus-style JSON error body ({"error": ...}), else ''."""
+    try:
+        body = exc.read(65536)
+        message = json.loads(body.decode("utf-8")).get("error")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return ""
+    return f": {' '.join(str(message).split())[:200]}" if message else ""
 
 
 def _hint(code: int, flag: str) -> str:

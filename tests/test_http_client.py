@@ -60,6 +60,8 @@ class Background:
             async def handler(request):
                 if request.headers.get("Authorization") != f"Bearer {token}":
                     return web.Response(status=401, text="no")
+                if "query" in request.query:
+                    return web.json_response({"status": "error", "error": "parse error at char 3"}, status=400)
                 return web.json_response({"status": "success"})
 
             app = web.Application()
@@ -141,6 +143,8 @@ def test_bearer_token_file(pki, servers):
         b'{"status": "success"}'
     with pytest.raises(UserError, match="answered HTTP 401"):
         fetch(servers["bearer"] + "/api/v1/query", options(pki))
+    with pytest.raises(UserError, match="answered HTTP 400 Bad Request: parse error at char 3"):
+        fetch(servers["bearer"] + "/api/v1/query?query=x(", options(pki, bearer_token_file="token"))
 
 
 def test_credentials_never_follow_a_redirect_elsewhere(pki, servers):
