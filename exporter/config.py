@@ -15,10 +15,9 @@ import os
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Mapping
 
-import yaml
-
 from exporter.errors import UserError
 from exporter.foresight.workload import parse_rules
+from exporter.inputs import load_yaml_file
 
 # Outside 9100-9999 on purpose: that range of Prometheus's default-port-allocations
 # wiki is fully allocated (see docs/configuration.md for the reasoning).
@@ -46,6 +45,11 @@ class Settings:
     workload_rules: tuple = ()  # foresight.workload.WorkloadRule; config file only
     dcgm_address: str | None = None  # nv-hostengine, "tcp://host:port" or "unix:///path"; None = embedded
     dcgm_bindings: str | None = None  # directory of DCGM's Python bindings; None = DCGM's install paths
+    web_config_file: str | None = None  # exporter-toolkit web config (TLS, basic auth); docs/security.md
+    web_max_connections: int = 256
+    web_read_timeout: float = 10.0  # seconds a client has to send a complete request (and TLS handshake)
+    web_idle_timeout: float = 120.0  # seconds a keep-alive connection may sit idle
+    redact_patterns: tuple = ()  # extra regular expressions for command-line redaction; config file only
 
     @property
     def listen_address(self) -> tuple[str, int]:
@@ -87,12 +91,44 @@ def _number(value: Any, what: str) -> float:
     return number
 
 
+MAX_SECONDS = 86400.0  # a day: longer intervals or timeouts are typos, and overflow timer APIs
+
+
 def _seconds(value: Any) -> float:
-    return _number(value, "a positive number of seconds")
+    seconds = _number(value, "a positive number of seconds")
+    if seconds > MAX_SECONDS:
+        raise ValueError(f"expected at most {MAX_SECONDS:g} seconds (a day), got {value!r}")
+    return seconds
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"expected a whole number from 1 to 100000, got {value!r}")
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(f"expected a whole number from 1 to 100000, got {value!r}") from None
+    if not 1 <= number <= 100000:
+        raise ValueError(f"expected a whole number from 1 to 100000, got {value!r}")
+    return number
 
 
 def _speed(value: Any) -> float:
-    return _number(value, "a positive speed factor (1 = real time)")
+    speed = _number(value, "a positive speed factor (1 = real time)")
+    if speed > 1e6:
+        raise ValueError(f"expected a speed factor of at most 1000000, got {value!r}")
+    return speed
+
+
+def _patterns(raw: Any) -> tuple[str, ...]:
+    from exporter.redact import compile_patterns  # validates the regular expressions
+
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(p, str) for p in raw):
+        raise ValueError("expected a list of regular expressions (strings)")
+    compile_patterns(raw)
+    return tuple(raw)
 
 
 def _choice(options: tuple[str, ...]) -> Callable[[Any], str]:
@@ -164,8 +200,13 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "workload_rules": lambda raw: parse_rules(raw, "workload_rules"),
     "dcgm_address": parse_dcgm_address,
     "dcgm_bindings": _path,
+    "web_config_file": _path,
+    "web_max_connections": _count,
+    "web_read_timeout": _seconds,
+    "web_idle_timeout": _seconds,
+    "redact_patterns": _patterns,
 }
-PATH_KEYS = ("simulate", "procfs", "state_dir", "dcgm_bindings")
+PATH_KEYS = ("simulate", "procfs", "state_dir", "dcgm_bindings", "web_config_file")
 assert set(PARSERS) == {f.name for f in fields(Settings)}, "every setting needs a parser"
 
 
@@ -188,16 +229,7 @@ def flag_type(key: str) -> Callable[[str], Any]:
 
 def read_config_file(path: str) -> dict[str, Any]:
     """Parse and validate a YAML config file into {setting: value}; paths made relative to the file."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            document = yaml.safe_load(handle)
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read config file: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UserError(f"{path}: not valid YAML{where}: {problem}") from None
+    document = load_yaml_file(path, "config file")
     if document is None:
         return {}
     if not isinstance(document, Mapping):

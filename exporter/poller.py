@@ -27,7 +27,8 @@ from exporter.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 
-# /health turns 503 when the latest successful poll is this many intervals old.
+# /health turns 503 when the latest successful poll is this many intervals old (plus, in
+# `serve`, the GPU timeout: the poll in which a GPU hangs legitimately lasts that much longer).
 STALE_AFTER_INTERVALS = 3
 # What Prometheus asks for (OpenMetrics, gzip): encoded from the first poll on, so that the
 # first scrape after a start is as fast as the rest.
@@ -55,6 +56,19 @@ def next_deadline(previous: float, now: float, interval: float) -> float:
     return deadline + missed * interval
 
 
+def _down_note(snapshot: Snapshot | None) -> str:
+    """'; every GPU is down (GPU 0: GpuIsLost)' or '; 1 of 8 GPUs down' for /health's reason."""
+    if snapshot is None or not snapshot.gpus:
+        return ""
+    down = [gpu for gpu in snapshot.gpus if not gpu.up]
+    if not down:
+        return ""
+    listed = ", ".join(f"GPU {gpu.index}: {gpu.error or 'unknown'}" for gpu in down[:8])
+    if len(down) == len(snapshot.gpus):
+        return f"; every GPU is down ({listed})"
+    return f"; {len(down)} of {len(snapshot.gpus)} GPUs down ({listed})"
+
+
 def one_line(exc: BaseException) -> str:
     """``Type: message`` on a single line, for logs and /health."""
     text = str(exc).strip().splitlines()
@@ -74,13 +88,17 @@ class Poller:
         wall_clock: Callable[[], float] = time.time,
         extra_collectors: Sequence[Collector] = (),
         observers: Sequence[Callable[[Snapshot], None]] = (),
+        stale_after: float | None = None,
     ) -> None:
         """``observers`` see each good snapshot before it is rendered (e.g. to update forecasts
-        that ``extra_collectors`` export); an observer that raises is logged and skipped."""
+        that ``extra_collectors`` export); an observer that raises is logged and skipped.
+        ``stale_after``: seconds after the latest successful poll at which /health turns 503
+        (default STALE_AFTER_INTERVALS intervals)."""
         if not interval > 0:
             raise ValueError(f"interval must be positive, got {interval!r}")
         self.backend = backend
         self.interval = float(interval)
+        self.stale_after = float(stale_after) if stale_after is not None else STALE_AFTER_INTERVALS * self.interval
         self._monotonic = monotonic
         self._wall_clock = wall_clock
         self._stats = PollStats(backend=str(getattr(backend, "name", "unknown")), version=version)
@@ -123,16 +141,21 @@ class Poller:
         return str(getattr(self.backend, "reason", "") or "")
 
     def health(self) -> Health:
-        """Healthy while the latest successful poll is younger than STALE_AFTER_INTERVALS intervals."""
+        """Healthy while the latest successful poll is younger than ``stale_after`` seconds.
+
+        /health says whether the exporter works (polls and serves), not whether the GPUs do:
+        with every GPU lost it stays 200 (restarting the exporter cannot bring a GPU back) and
+        the reason says which are down; gpushare_gpu_up == 0 is what alerts on them.
+        """
         stats = self._stats
-        limit = STALE_AFTER_INTERVALS * self.interval
+        limit = self.stale_after
         error = f"; last error: {stats.last_error}" if stats.last_error else ""
         if stats.last_success_monotonic is None:
             return Health(False, f"no successful poll yet (polling every {self.interval:g}s){error}")
         age = max(0.0, self._monotonic() - stats.last_success_monotonic)
         if age >= limit:
             return Health(False, f"last successful poll was {age:.1f}s ago (limit {limit:g}s){error}")
-        return Health(True, f"ok: last successful poll {age:.1f}s ago")
+        return Health(True, f"ok: last successful poll {age:.1f}s ago{_down_note(self._snapshot)}")
 
     # -- polling --------------------------------------------------------------------
 

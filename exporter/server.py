@@ -4,6 +4,14 @@ No request ever triggers a driver call: /metrics hands out bytes rendered by the
 poller thread. Routes: GET/HEAD on ``/``, ``/metrics``, ``/health`` and ``/api/v1/snapshot``; other paths
 404, other methods 405 with an Allow header; an unexpected error is a one-line 500,
 never a traceback.
+
+Security (docs/security.md): an optional web config (exporter.web) adds TLS, client
+certificates, basic auth, response headers and a rate limit, and reloads without a restart;
+every connection goes through a guard (exporter.web.guard) that caps connections, times out
+half-sent requests and turns malformed ones into a 4xx and at most one warning per client.
+Each request passes, in order: rate limit (429), no request body (413/417), client
+certificate SAN (403), basic auth (401 with WWW-Authenticate); the configured headers go on
+every answer.
 """
 
 from __future__ import annotations
@@ -16,6 +24,9 @@ from aiohttp import web
 
 from exporter.poller import Health
 from exporter.render import Exposition
+from exporter.web.checks import RequestChecks, refuse_expect
+from exporter.web.guard import ConnectionGuard, GuardedSite, HttpLimits, HttpStats
+from exporter.web.live import LiveWebConfig
 
 log = logging.getLogger(__name__)
 
@@ -170,50 +181,66 @@ def _backend_line(poller: PollerView, snapshot) -> str:
     return "".join(f"<p>{line}</p>" for line in lines)
 
 
-@web.middleware
-async def _no_tracebacks(request: web.Request, handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except web.HTTPException:
-        raise
-    except Exception:  # noqa: BLE001 - the client gets one line, the log gets the details
-        log.exception("error serving %s %s", request.method, request.path)
-        return _text(500, "internal error; see the exporter log")
-
-
 class Server:
-    """A running HTTP server: ``url`` to reach it, ``await close()`` to stop it."""
+    """A running HTTP server: ``url`` to reach it, ``reload()`` the web config, ``await close()``."""
 
-    def __init__(self, runner: web.AppRunner, url: str) -> None:
+    def __init__(self, runner: web.AppRunner, url: str, live: LiveWebConfig, guard: ConnectionGuard,
+                 security: RequestChecks) -> None:
         self._runner = runner
         self.url = url
+        self.live = live
+        self.guard = guard
+        self._security = security
+
+    @property
+    def stats(self) -> HttpStats:
+        return self.guard.stats
+
+    async def reload(self, reason: str = "SIGHUP") -> bool:
+        """Re-read the web config; False (and one WARNING) when it is bad or there is none."""
+        return await self.live.reload(reason)
 
     async def close(self) -> None:
         """Stop listening and finish in-flight requests."""
+        await self.live.stop_watching()
         await self._runner.cleanup()
+        self._security.close()
 
 
-def _url_for(address: object, requested_host: str | None) -> str:
+def _url_for(address: object, requested_host: str | None, tls: bool) -> str:
     host, port = address[0], address[1]  # type: ignore[index]
     if requested_host in (None, "", "0.0.0.0", "::"):
         host = "127.0.0.1" if requested_host != "::" else "::1"  # wildcard binds: show a reachable loopback
     if ":" in str(host):
         host = f"[{host}]"
-    return f"http://{host}:{port}/"
+    return f"{'https' if tls else 'http'}://{host}:{port}/"
 
 
-async def start_server(poller: PollerView, host: str | None, port: int) -> Server:
-    """Listen on host:port (host "" or None: every interface; port 0: any free port)."""
+async def start_server(poller: PollerView, host: str | None, port: int, *, web_config: LiveWebConfig | None = None,
+                       limits: HttpLimits | None = None, stats: HttpStats | None = None) -> Server:
+    """Listen on host:port (host "" or None: every interface; port 0: any free port).
+
+    ``web_config`` (TLS, auth, headers) defaults to none; ``limits`` to HttpLimits();
+    ``stats`` receives the HTTP counters (self-metrics).
+    """
+    stats = stats or (web_config.stats if web_config is not None else HttpStats())
+    live = web_config or LiveWebConfig(None, stats)
+    live.stats = stats
+    guard = ConnectionGuard(limits or HttpLimits(), stats)
+    security = RequestChecks(live, guard)
     handlers = _Handlers(poller)
-    app = web.Application(middlewares=[_no_tracebacks])
-    app.router.add_route("*", "/{tail:.*}", handlers.dispatch)
-    # Scrapes every few seconds would flood the log; errors are still logged above.
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    app = web.Application(middlewares=[security.middleware])
+    app.router.add_route("*", "/{tail:.*}", handlers.dispatch, expect_handler=refuse_expect)
+    # Scrapes every few seconds would flood the log; refusals are logged by the guard instead.
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
     await runner.setup()
-    site = web.TCPSite(runner, host or None, port)
+    site = GuardedSite(runner, host or None, port, guard, ssl_context=live.listen_context)
     try:
         await site.start()
     except BaseException:
         await runner.cleanup()
+        security.close()
         raise
-    return Server(runner, _url_for(runner.addresses[0], host))
+    live.start_watching()
+    url = _url_for(runner.addresses[0], host, live.listen_context is not None)
+    return Server(runner, url, live, guard, security)

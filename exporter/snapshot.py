@@ -51,7 +51,7 @@ class ProcessInfo:
 
     pid: int
     name: str  # executable basename, e.g. "python3"; "" when unknown
-    cmdline: str  # full command line from /proc; "" when unknown (process gone, no access)
+    cmdline: str  # command line from /proc, secrets redacted (exporter.redact); "" when unknown
     gpu_index: int
     gi: int | None  # GPU instance id; None when the GPU is not in MIG mode
     ci: int | None  # compute instance id; None when the GPU is not in MIG mode
@@ -61,7 +61,7 @@ class ProcessInfo:
     is_mps_server: bool = False
     mps_memory_limit_bytes: int | None = None  # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT for this device
     mps_active_thread_ratio: float | None = None  # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / 100
-    environ: Mapping[str, str] = field(default_factory=dict)  # selected env vars (CUDA_*, KUBERNETES_*)
+    environ: Mapping[str, str] = field(default_factory=dict)  # only the vars the exporter uses (procinfo.ENV_VARS)
     # When the process started, Unix seconds on the same clock as Snapshot.timestamp; None when
     # unknown. Used by foresight to place a run on its workload's learned timeline.
     start_time: float | None = None

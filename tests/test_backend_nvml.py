@@ -217,7 +217,7 @@ def test_process_metadata_and_vanished_process(install, tmp_path):
     assert [p.pid for p in procs] == [10, 11]
     alive, gone = procs
     assert (alive.name, alive.cmdline) == ("python3", "/usr/bin/python3 train.py --lr 1e-4")
-    assert alive.environ == {"CUDA_VISIBLE_DEVICES": "0", "KUBERNETES_SERVICE_HOST": "10.0.0.1"}
+    assert alive.environ == {"CUDA_VISIBLE_DEVICES": "0"}  # only the variables the exporter uses
     assert (alive.gi, alive.ci, alive.gpu_index, alive.used_memory_bytes) == (None, None, 0, 3 * GIB)
     assert (gone.name, gone.cmdline, gone.used_memory_bytes) == ("", "", 2 * GIB)
     assert alive.sm_utilization_ratio is None  # NotFound: no utilization samples

@@ -109,3 +109,20 @@ def test_real_dcgm_check_dry_run_on_the_simulator():
     assert re.search(r"GI 2 2g\.12gb\s+dcgm: sm=0\.95 ", text)  # the compute-bound training instance
     assert "source dcgm_profiling: available" in text
     assert re.search(r"poll dcgm: .* NVML calls / [1-9]\d* DCGM calls", text)
+def test_soak_bench_smoke_reports_rss_and_fds():
+    """A short soak (12 virtual minutes) runs the whole serve stack and reports RSS and fd growth."""
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "soak_bench.py"), "--hours", "0.2"], cwd=REPO,
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode in (0, 1), out.stderr[-2000:]  # 1 = a target missed: a bench result, not a crash
+    assert re.search(r"RSS MiB: start [\d.]+, after warm-up [\d.]+, end [\d.]+, max [\d.]+; growth [+-][\d.]+",
+                     out.stdout), out.stdout
+    assert re.search(r"open fds: after warm-up \d+, end \d+, max \d+; growth [+-]\d+", out.stdout), out.stdout
+
+
+def test_security_bench_smoke_prints_every_configuration():
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "security_bench.py"), "--scrapes", "20"], cwd=REPO,
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    for label in ("baseline (bare aiohttp)", "guarded, no web config", "basic auth", "TLS ",
+                  "TLS + client cert + basic auth"):
+        assert label in out.stdout

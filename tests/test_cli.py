@@ -27,11 +27,13 @@ class FakeBackend:
 
     def __init__(self, fail_open: Exception | None = None) -> None:
         self.fail_open = fail_open
+        self.opened = False
         self.closed = False
 
     def open(self):
         if self.fail_open is not None:
             raise self.fail_open
+        self.opened = True
 
     def poll(self):
         return rich_snapshot()
@@ -251,7 +253,8 @@ def test_procfs_must_be_a_directory(capsys, tmp_path):
 
 
 def test_port_in_use_is_a_one_line_error(capsys, monkeypatch):
-    """Listening on a port that is taken exits 2 naming --listen, and the backend is closed again."""
+    """Listening on a port that is taken exits 2 naming --listen, before any poll (the backend is never
+    opened, so no poll output comes before the one line)."""
     import socket
 
     backend = FakeBackend()
@@ -262,4 +265,5 @@ def test_port_in_use_is_a_one_line_error(capsys, monkeypatch):
         port = taken.getsockname()[1]
         code, _, err = run_main(capsys, "serve", "--listen", f"127.0.0.1:{port}")
     assert code == 2 and err.startswith(f"exporter: error: --listen 127.0.0.1:{port}: cannot listen")
-    assert backend.closed
+    assert err.count("\n") == 1
+    assert not backend.opened or backend.closed

@@ -18,6 +18,8 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from exporter.collectors.forecast import ForecastCollector
+from exporter.collectors.http import HttpCollector
+from exporter.web.guard import HttpStats
 from exporter.foresight import Foresight
 from exporter.poller import Poller
 from exporter.snapshot import Snapshot
@@ -99,7 +101,11 @@ def contending_foresight(state_dir) -> Foresight:
 @pytest.fixture(scope="module")
 def exposition(tmp_path_factory):
     foresight = contending_foresight(tmp_path_factory.mktemp("state"))
-    poller = Poller(RichBackend(), interval=5.0, extra_collectors=[ForecastCollector(foresight)])
+    http = HttpStats()  # as `serve` has it with a web config, after some traffic
+    http.responses[200] += 3
+    http.rejected["malformed"] += 1
+    http.open_connections, http.reload_ok, http.reload_timestamp = 1, True, 1_700_000_000.0
+    poller = Poller(RichBackend(), interval=5.0, extra_collectors=[ForecastCollector(foresight), HttpCollector(http)])
     assert poller.poll_once()
     return poller.exposition
 

@@ -132,10 +132,11 @@ def test_thread_percentage_invalid(value):
     assert mps_thread_ratio({"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": value}) is None
 
 
-def test_select_environ_keeps_only_safe_prefixes():
-    """Only CUDA_* and KUBERNETES_* variables are kept (others may hold secrets)."""
-    env = {"CUDA_VISIBLE_DEVICES": "0", "AWS_SECRET_ACCESS_KEY": "s", "KUBERNETES_PORT": "443", "PATH": "/bin"}
-    assert select_environ(env) == {"CUDA_VISIBLE_DEVICES": "0", "KUBERNETES_PORT": "443"}
+def test_select_environ_keeps_only_the_variables_the_exporter_uses():
+    """Only the named variables the exporter reads are kept (others may hold secrets)."""
+    env = {"CUDA_VISIBLE_DEVICES": "0", "AWS_SECRET_ACCESS_KEY": "s", "KUBERNETES_PORT": "443", "PATH": "/bin",
+           "CUDA_API_TOKEN": "t", "POD_NAME_SECRET": "x", "POD_NAME": "web-0"}
+    assert select_environ(env) == {"CUDA_VISIBLE_DEVICES": "0", "POD_NAME": "web-0"}
 
 
 def test_procfs_reads_and_missing_pid(tmp_path):
@@ -144,11 +145,11 @@ def test_procfs_reads_and_missing_pid(tmp_path):
     d.mkdir()
     (d / "comm").write_text("python3\n")
     (d / "cmdline").write_bytes(b"python3\0-c\0print(1)\0")
-    (d / "environ").write_bytes(b"A=1\0B=x=y\0")
+    (d / "environ").write_bytes(b"A=1\0HF_TOKEN=hf_x\0CUDA_VISIBLE_DEVICES=x=y\0POD_NAME=\xff\0")
     fs = ProcFs(str(tmp_path))
     assert fs.comm(42) == "python3"
     assert fs.cmdline(42) == "python3 -c print(1)"
-    assert fs.environ(42) == {"A": "1", "B": "x=y"}
+    assert fs.environ(42) == {"CUDA_VISIBLE_DEVICES": "x=y", "POD_NAME": "\ufffd"}  # only the variables used
     assert (fs.comm(43), fs.cmdline(43), fs.environ(43)) == (None, None, None)
 
 

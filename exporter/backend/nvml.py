@@ -380,9 +380,9 @@ class NvmlBackend:
                 worker.start_read()
                 if worker.done.wait(self.gpu_timeout):
                     result = worker.result  # None only if the reader itself failed (logged)
-                else:
-                    log.warning("GPU %d: read took longer than %.1fs; reported down",
-                                worker.reader.index, self.gpu_timeout)
+                else:  # logged once, as the GPU going down (exporter.transitions)
+                    log.debug("GPU %d: read took longer than %.1fs; reported down",
+                              worker.reader.index, self.gpu_timeout)
             info, sections = result or (worker.reader.down("timeout"), set(SECTIONS))
             gpus.append(info)
             failed |= sections

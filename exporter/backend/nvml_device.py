@@ -65,6 +65,7 @@ class GpuReader:
         self._reason_calls: tuple[str, str] | None = None
         self._supported_reasons: int | None = None
         self._sharing = "idle"  # last sharing mode computed from a complete process list
+        self._last_unexpected: str | None = None  # the last unexpected read error logged
         self.mig = MigReader(caller)
         self.procs = ProcessReader(caller, procfs, identifier)
         self.gpm = GpmReader(caller)
@@ -87,11 +88,16 @@ class GpuReader:
                 return self.down(ctx.first_error), set(SECTIONS)
             return info, ctx.failed
         except NvmlCallError as exc:  # GPU lost, or its handle/identity unreadable
-            log.warning("GPU %d reported down: %s", self.index, exc)
+            # Logged once when the GPU goes down and once when it is back (exporter.transitions).
+            log.debug("GPU %d reported down: %s", self.index, exc)
             self._forget_handle()
             return self.down(exc.error), set(SECTIONS)
         except Exception as exc:  # a bug or a driver returning garbage must not kill the poll
-            log.exception("GPU %d: unexpected error while reading", self.index)
+            message = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+            if message != self._last_unexpected:  # one line per distinct error, not per poll
+                log.warning("GPU %d: unexpected error while reading: %s", self.index, message)
+                self._last_unexpected = message
+            log.debug("GPU %d read traceback", self.index, exc_info=exc)
             self._forget_handle()
             return self.down(type(exc).__name__), set(SECTIONS)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from exporter.backend.nvml_types import NA, DeviceTag, PollContext, ok
 from exporter.backend.procinfo import DeviceRef, ProcFs, mps_memory_limit, mps_thread_ratio, select_environ
 from exporter.identity import Identifier, ProcessIdentity
+from exporter.redact import redact_cmdline
 from exporter.snapshot import MpsServer, ProcessInfo
 
 MPS_SERVER_NAME = "nvidia-cuda-mps-server"
@@ -43,7 +44,7 @@ def sharing_mode(mig_mode: bool | None, processes, servers) -> str:
 class _Meta:
     name: str
     cmdline: str
-    environ: dict  # selected variables only (see procinfo.ENV_PREFIXES)
+    environ: dict  # the variables the exporter uses only (procinfo.ENV_VARS)
     start_time: float | None = None  # Unix seconds, from /proc/<pid>/stat
     identity: ProcessIdentity = ProcessIdentity("")
 
@@ -121,7 +122,7 @@ class ProcessReader:
             name = os.path.basename(nvml_name.strip().rstrip("/"))
         if not name:
             name = self.procfs.comm(pid) or ""
-        cmdline = self.procfs.cmdline(pid) or ""
+        cmdline = redact_cmdline(self.procfs.cmdline(pid) or "")  # secrets never enter the snapshot
         environ = select_environ(self.procfs.environ(pid))
         meta = _Meta(name=name, cmdline=cmdline, environ=environ, start_time=self.procfs.start_time(pid),
                      identity=self.identifier.identify(pid, name, cmdline, environ))

@@ -26,6 +26,7 @@ class _GpuWorker:
         self.result: tuple[GpuInfo, set[str]] | None = None
         self._wake = threading.Event()
         self._stopping = False
+        self._last_error: str | None = None  # the last read failure, logged once until it changes
         self.thread = threading.Thread(target=self._loop, daemon=True, name=f"nvml-gpu{reader.index}")
         self.thread.start()
 
@@ -54,7 +55,10 @@ class _GpuWorker:
             try:
                 self.result = self.reader.read()
             except Exception as exc:  # noqa: BLE001 - a reader bug must not end the worker
-                log.error("GPU %d: read failed: %s: %s", self.reader.index, type(exc).__name__, exc)
+                message = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+                (log.error if message != self._last_error else log.debug)(
+                    "GPU %d: read failed: %s", self.reader.index, message)
+                self._last_error = message
                 log.debug("GPU read traceback", exc_info=exc)
                 self.result = None
             finally:

@@ -15,10 +15,14 @@ from typing import Mapping
 
 log = logging.getLogger(__name__)
 
-# Environment variables copied into ProcessInfo.environ (the rest may hold secrets).
-# CUDA_*/NVIDIA_VISIBLE_DEVICES for MPS limits; the rest name the workload (see foresight.workload).
-ENV_PREFIXES = ("CUDA_", "KUBERNETES_", "NVIDIA_VISIBLE_DEVICES", "GPUSHARE_WORKLOAD", "POD_NAME",
-                "POD_NAMESPACE", "CONTAINER_NAME")
+# The only environment variables of a GPU process the exporter reads (all others may hold
+# secrets and are never decoded or kept): the MPS limits and the devices they refer to, and
+# the variables that name the workload and its pod (exporter.identity, foresight.workload).
+ENV_VARS = frozenset({
+    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES", "GPUSHARE_WORKLOAD", "POD_NAME", "POD_NAMESPACE", "CONTAINER_NAME",
+})
+_ENV_KEYS = frozenset(name.encode() for name in ENV_VARS)
 
 MEM_LIMIT_VAR = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 THREAD_PCT_VAR = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
@@ -83,23 +87,26 @@ class ProcFs:
         return " ".join(args) or None
 
     def environ(self, pid: int) -> dict[str, str] | None:
-        """Initial environment of the process, or None when unreadable (needs same uid or root)."""
+        """The variables of ENV_VARS in the process's initial environment; None when unreadable.
+
+        The rest of the environment is skipped undecoded: it is nobody's business here.
+        """
         raw = self._read(pid, "environ")
         if raw is None:
             return None
         env: dict[str, str] = {}
         for item in raw.split(b"\0"):
             key, sep, value = item.partition(b"=")
-            if sep and key:
-                env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+            if sep and key in _ENV_KEYS:
+                env[key.decode("ascii")] = value.decode("utf-8", "replace")
         return env
 
 
 def select_environ(env: Mapping[str, str] | None) -> dict[str, str]:
-    """The subset of ``env`` worth exporting as process metadata (CUDA_*, KUBERNETES_*)."""
+    """The variables of ``env`` the exporter uses (ENV_VARS); the rest is dropped."""
     if not env:
         return {}
-    return {k: v for k, v in env.items() if k.startswith(ENV_PREFIXES)}
+    return {k: v for k, v in env.items() if k in ENV_VARS}
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,9 @@ class MpsCollector(SnapshotCollector):
 
     def families(self, snapshot: Snapshot) -> Iterable[Metric]:
         out = Families()
+        # A client list that failed this poll gives no count at all (not 0, not a partial count);
+        # the section flag is per poll, so every device's count is held back for that poll.
+        counts_known = snapshot.section_ok.get("mps", True) and snapshot.section_ok.get("process", True)
         for gpu in snapshot.gpus:
             if not gpu.up:
                 continue
@@ -59,7 +62,7 @@ class MpsCollector(SnapshotCollector):
                 out.add(SERVER_INFO, ids + (gi_label(server.gi), str(server.pid)), 1)
                 per_device.setdefault(gi_label(server.gi), 0)
             for gi in sorted(per_device):
-                out.add(CLIENTS, ids + (gi,), per_device[gi])
+                out.add(CLIENTS, ids + (gi,), per_device[gi] if counts_known else None)
             for proc in sorted(clients, key=lambda p: (gi_label(p.gi), p.pid)):
                 labels = process_labels(gpu, proc)
                 out.add(CLIENT_MEMORY_LIMIT, labels, proc.mps_memory_limit_bytes)

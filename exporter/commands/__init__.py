@@ -36,7 +36,24 @@ _FLAG_HELP: dict[str, tuple[str, str]] = {
     "dcgm_address": ("HOST[:PORT]|PATH", "read DCGM from a running nv-hostengine (TCP, default port 5555, or a unix "
                      "socket path) instead of an embedded host engine"),
     "dcgm_bindings": ("DIR", "directory of DCGM's Python bindings (default: DCGM 4.x and 3.x install paths)"),
+    "web_config_file": ("FILE", "web config (exporter-toolkit format): TLS, client certificates, basic auth, "
+                                "headers; reloaded on SIGHUP or change (docs/security.md)"),
+    "web_max_connections": ("N", "most HTTP connections open at once (default 256)"),
+    "web_read_timeout": ("SECONDS", "time a client has to finish sending a request or a TLS handshake (default 10)"),
+    "web_idle_timeout": ("SECONDS", "close keep-alive connections idle this long (default 120)"),
 }
+# Flags spelled as Prometheus and its exporters spell them; the config key stays key_with_underscores.
+_FLAG_NAMES = {
+    "web_config_file": "--web.config.file",
+    "web_max_connections": "--web.max-connections",
+    "web_read_timeout": "--web.read-timeout",
+    "web_idle_timeout": "--web.idle-timeout",
+}
+
+
+def flag_name(key: str) -> str:
+    """The command-line flag of setting ``key`` (``--gpu-timeout``, ``--web.config.file``)."""
+    return _FLAG_NAMES.get(key, "--" + key.replace("_", "-"))
 
 
 def add_setting_flags(parser: argparse.ArgumentParser, keys: Iterable[str]) -> None:
@@ -47,7 +64,7 @@ def add_setting_flags(parser: argparse.ArgumentParser, keys: Iterable[str]) -> N
     for key in keys:
         metavar, text = _FLAG_HELP[key]
         parser.add_argument(
-            "--" + key.replace("_", "-"),
+            flag_name(key),
             dest=key,
             type=flag_type(key),
             default=argparse.SUPPRESS,
@@ -91,6 +108,9 @@ def make_backend(settings: Settings) -> Backend:
     options = dcgm_options(settings)
     if settings.backend == "nvml" and (settings.dcgm_address or settings.dcgm_bindings):
         log.warning("--dcgm-address and --dcgm-bindings are ignored with --backend nvml")
+    from exporter import redact
+
+    redact.configure(settings.redact_patterns)  # before the backend reads a command line
     if settings.simulate is not None:
         if not os.path.isfile(settings.simulate):
             raise UserError(f"--simulate {settings.simulate}: no such file")

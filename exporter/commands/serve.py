@@ -10,15 +10,20 @@ import sys
 
 from exporter import commands
 from exporter.collectors.forecast import ForecastCollector
+from exporter.collectors.http import HttpCollector
 from exporter.errors import NoGpuError, UserError
 from exporter.foresight.state import Foresight
 from exporter.logging_setup import configure_logging
 from exporter.poller import STALE_AFTER_INTERVALS, Poller
 from exporter.server import start_server
+from exporter.transitions import TransitionLog
+from exporter.web.guard import HttpLimits, HttpStats
+from exporter.web.live import LiveWebConfig, describe
 
 HELP = "poll the GPUs and serve Prometheus metrics over HTTP"
 SETTINGS = ("listen", "interval", "backend", "simulate", "speed", "log_level", "log_format", "procfs", "gpu_timeout",
-            "state_dir", "dcgm_address", "dcgm_bindings")
+            "state_dir", "dcgm_address", "dcgm_bindings", "web_config_file", "web_max_connections",
+            "web_read_timeout", "web_idle_timeout")
 
 log = logging.getLogger(__name__)
 
@@ -35,20 +40,17 @@ def run(args: argparse.Namespace) -> int:
     settings = commands.settings_from_args(args)
     configure_logging(settings.log_level, settings.log_format)
     host, port = settings.listen_address
-    if settings.gpu_timeout >= STALE_AFTER_INTERVALS * settings.interval:
-        # A hung GPU makes each poll last gpu_timeout; /health would then flap to 503.
-        log.warning("--gpu-timeout %gs is not below %d x --interval (%gs): /health will report stale "
-                    "polls while a GPU hangs", settings.gpu_timeout, STALE_AFTER_INTERVALS,
-                    STALE_AFTER_INTERVALS * settings.interval)
+    # The web config is checked before anything starts: a bad file is one line and exit 2.
+    http_stats = HttpStats()
+    web_config = LiveWebConfig.from_path(settings.web_config_file, http_stats)
+    limits = HttpLimits(max_connections=settings.web_max_connections, read_timeout=settings.web_read_timeout,
+                        idle_timeout=settings.web_idle_timeout)
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_SECONDS)
     foresight = Foresight(state_dir=settings.state_dir, rules=settings.workload_rules)
-    poller = make_poller(commands.make_backend(settings), settings.interval, foresight)
+    poller = make_poller(commands.make_backend(settings), settings.interval, foresight,
+                         gpu_timeout=settings.gpu_timeout, http_stats=http_stats)
     try:
-        poller.start()
-    except NoGpuError as exc:
-        raise UserError(commands.no_gpu_message(exc, "serve")) from None
-    try:
-        asyncio.run(_serve(poller, host, port, settings.listen))
+        asyncio.run(_serve(poller, host, port, settings.listen, web_config, limits))
     finally:
         # Bounded wait: a poll stuck in the driver must not keep the process alive forever.
         poller.stop(timeout=settings.gpu_timeout + 5.0)
@@ -57,28 +59,56 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def make_poller(backend, interval: float, foresight: Foresight) -> Poller:
-    """The poller serve runs: snapshot collectors plus the forecasts ``foresight`` learns from each poll."""
-    return Poller(backend, interval, extra_collectors=[ForecastCollector(foresight)], observers=[foresight.observe])
+def make_poller(backend, interval: float, foresight: Foresight, gpu_timeout: float = 0.0,
+                http_stats: HttpStats | None = None) -> Poller:
+    """The poller serve runs: snapshot collectors, the forecasts ``foresight`` learns from each
+    poll, the HTTP self-metrics, and the log of what changed between polls.
+
+    /health allows STALE_AFTER_INTERVALS intervals plus ``gpu_timeout`` since the last good
+    poll: the poll in which a GPU hangs lasts up to an interval plus the timeout, so a single
+    hung GPU never flaps /health (docs/configuration.md).
+    """
+    extra = [ForecastCollector(foresight)] + ([HttpCollector(http_stats)] if http_stats is not None else [])
+    return Poller(backend, interval, extra_collectors=extra, observers=[TransitionLog().observe, foresight.observe],
+                  stale_after=STALE_AFTER_INTERVALS * interval + gpu_timeout)
 
 
-async def _serve(poller: Poller, host: str, port: int, listen: str) -> None:
+async def _serve(poller: Poller, host: str, port: int, listen: str, web_config: LiveWebConfig | None = None,
+                 limits: HttpLimits | None = None) -> None:
     # Handlers go in before the "listening" line: whoever reacts to that line may signal at once.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    pending: set[asyncio.Task] = set()
+
+    def reload_web_config() -> None:
+        if web_config is None or web_config.current is None:
+            log.info("SIGHUP: no --web.config.file to reload")
+            return
+        task = loop.create_task(web_config.reload("SIGHUP"))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+
+    for sig, action in ((signal.SIGINT, stop.set), (signal.SIGTERM, stop.set), (signal.SIGHUP, reload_web_config)):
         try:
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, action)
             installed.append(sig)
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # not the main thread (embedded use): KeyboardInterrupt still ends main()
     try:
         try:
-            server = await start_server(poller, host, port)
+            server = await start_server(poller, host, port, web_config=web_config, limits=limits)
         except OSError as exc:
             raise UserError(f"--listen {listen}: cannot listen: {exc.strerror or exc}") from None
-        log.info("listening on %s (backend %s, polling every %gs)", server.url, poller.backend_name, poller.interval)
+        # Polling starts once the port is ours, so a port in use is the first and only line.
+        try:
+            poller.start()
+        except NoGpuError as exc:
+            await server.close()
+            raise UserError(commands.no_gpu_message(exc, "serve")) from None
+        security = describe(web_config.current) if web_config is not None and web_config.current else "no web config"
+        log.info("listening on %s (backend %s, polling every %gs; %s)", server.url, poller.backend_name,
+                 poller.interval, security)
         try:
             await stop.wait()
             log.info("shutting down")

@@ -21,7 +21,7 @@ class ProcessRow:
     process: str
     sharing: str
     workload: str  # bounded label value
-    expected_peak_bytes: int
+    expected_peak_bytes: int | None  # None: its memory is unknown and its workload has no profile
     at_contention_bytes: int | None  # expected use when its device first overflows; None if it does not
     namespace: str = ""  # the process's pod, "" outside Kubernetes (see exporter.identity)
     pod: str = ""

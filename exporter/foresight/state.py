@@ -169,7 +169,8 @@ class Foresight:
             for domain in memory_domains(gpu):
                 seen.update((gpu.uuid, p.gi, p.pid) for p in domain.processes)
                 device, rows = self._forecast_domain(gpu, domain, now, sim_time)
-                devices.append(device)
+                if device is not None:
+                    devices.append(device)
                 processes.extend(rows)
         finished = self._finish_runs(seen, read_gpus, oom_devices, now)
         self._observed_once = True
@@ -179,8 +180,13 @@ class Foresight:
                                len(self.profiles), self._store_ok())
 
     def _forecast_domain(self, gpu: GpuInfo, domain: MemoryDomain, now: float,
-                         sim_time: float | None) -> tuple[DeviceRow, list[ProcessRow]]:
-        """Record this poll's samples of one memory domain and forecast it."""
+                         sim_time: float | None) -> tuple[DeviceRow | None, list[ProcessRow]]:
+        """Record this poll's samples of one memory domain and forecast it.
+
+        A domain whose memory could not be read this poll (neither the device's use nor any
+        process's) gets no device forecast: its demand is unknown, not 0. Likewise a process
+        whose memory is unknown and whose workload has no profile has no expected peak.
+        """
         capacity, used = domain.capacity_bytes, domain.used_bytes
         states, keys = [], []
         for proc in domain.processes:
@@ -194,11 +200,15 @@ class Foresight:
         window = self._trend((gpu.uuid, domain.gi), now, used)
         other = (used or 0) - sum(s.used_bytes for s in states)
         forecast = forecast_device(states, capacity, other, self.poll_interval)
-        device = DeviceRow(gpu.index, gpu.uuid, domain.gi, domain.profile, forecast, exhaustion_eta(window, capacity))
-        contended = forecast.contention_in_seconds is not None
+        unread = used is None and all(p.used_memory_bytes is None for p in domain.processes)
+        device = None if unread else DeviceRow(gpu.index, gpu.uuid, domain.gi, domain.profile, forecast,
+                                               exhaustion_eta(window, capacity))
+        contended = forecast.contention_in_seconds is not None and not unread
         rows = [
             ProcessRow(gpu.index, gpu.uuid, proc.gi, proc.pid, proc.name, process_sharing(gpu, proc),
-                       workload_label(key), expected_peak(state.used_bytes, state.profile),
+                       workload_label(key),
+                       None if proc.used_memory_bytes is None and state.profile is None
+                       else expected_peak(state.used_bytes, state.profile),
                        forecast.at_contention_bytes.get(proc.pid) if contended else None,
                        proc.namespace, proc.pod, proc.container)
             for proc, state, key in zip(domain.processes, states, keys)

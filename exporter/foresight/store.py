@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from exporter.errors import UserError
+from exporter.inputs import value_problem
 from exporter.foresight.profiles import WorkloadProfile
 
 log = logging.getLogger(__name__)
@@ -257,6 +258,10 @@ def import_json(text: str, place: str) -> list[WorkloadProfile]:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UserError(f"{place}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise UserError(f"{place}: not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # a number of thousands of digits
+        raise UserError(f"{place}: not valid JSON: {value_problem(exc)}") from None
     if not isinstance(document, dict) or document.get("format") != JSON_FORMAT:
         raise UserError(f"{place}: not a workload profile export (expected \"format\": \"{JSON_FORMAT}\")")
     if document.get("version") != JSON_VERSION:

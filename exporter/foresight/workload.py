@@ -7,9 +7,9 @@ A workload key is derived per process, first match wins:
 3. Kubernetes identity from downward-API variables (``POD_NAMESPACE``, ``POD_NAME``,
    optional ``CONTAINER_NAME``): ``k8s:<namespace>/<owner>/<container>`` where the owner
    is the pod name without the suffixes its controller generated;
-4. the command line with volatile parts removed (seeds, ports, prompts, output paths,
-   run ids, timestamps, UUIDs), so that two runs of one job with a different seed or
-   output file share a key;
+4. the command line with secrets redacted (exporter.redact) and volatile parts removed
+   (seeds, ports, prompts, output paths, run ids, timestamps, UUIDs), so that two runs of
+   one job with a different seed or output file share a key;
 5. the executable name, else ``unknown``.
 
 Keys may be long; :func:`workload_label` turns one into a short, stable label value.
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from exporter.errors import UserError
+from exporter.redact import redact_cmdline
 
 # Flag names (split on "_") whose value changes from run to run of the same job.
 VOLATILE_FLAG_WORDS = frozenset(
@@ -84,6 +85,7 @@ def normalize_cmdline(cmdline: str) -> str:
     quoting is lost when /proc argv is joined by spaces); other tokens keep their text with
     UUIDs, hex ids, dates and epoch timestamps replaced by ``*``.
     """
+    cmdline = redact_cmdline(cmdline)  # a key is a label value: never a secret
     try:
         tokens = shlex.split(cmdline)
     except ValueError:  # unbalanced quotes: /proc cmdlines are NUL-split, quotes are literal
@@ -204,6 +206,7 @@ def workload_key(
     variables in ``environ`` name the pod.
     """
     environ = environ or {}
+    cmdline = redact_cmdline(cmdline)  # rules see (and can copy into the key) no secret
     derived = _builtin_key(cmdline, name, environ, pod)
     for rule in rules:
         key = rule.apply(cmdline, name, derived)

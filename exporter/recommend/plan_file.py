@@ -22,6 +22,7 @@ import yaml
 
 from exporter import catalog
 from exporter.errors import UserError
+from exporter.inputs import decode_utf8, value_problem
 from exporter.recommend.demand import PRECISION_BYTES, Demand, FleetGpu, Workload, rule_sized_bytes
 from exporter.units import parse_bytes, parse_duration
 
@@ -36,7 +37,7 @@ MIN_BARE_BYTES = 2**20  # a bare number below 1 MiB is surely GB meant, not byte
 def load_plan(path: str) -> Demand:
     """Demand from the plan file at ``path``."""
     try:
-        text = Path(path).read_text()
+        text = decode_utf8(Path(path).read_bytes(), path)
     except OSError as exc:
         raise UserError(f"--workloads {path}: {exc.strerror or exc}") from None
     try:
@@ -44,7 +45,11 @@ def load_plan(path: str) -> Demand:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        raise UserError(f"{path}:{where} not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise UserError(f"{path}:{where} not valid YAML ({problem})") from None
+    except (RecursionError, ValueError) as exc:  # nesting thousands deep, a number of thousands of digits
+        problem = "nested too deeply" if isinstance(exc, RecursionError) else value_problem(exc)
+        raise UserError(f"{path}: not valid YAML ({problem})") from None
     return parse_plan(doc, path)
 
 

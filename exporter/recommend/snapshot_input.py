@@ -19,6 +19,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from exporter.errors import UserError
+from exporter.inputs import decode_utf8, value_problem
 from exporter.recommend.observed import ObservedFleet
 
 SNAPSHOT_PATH = "/api/v1/snapshot"
@@ -33,14 +34,18 @@ def parse_snapshot_text(text: str, source: str) -> list[dict]:
     try:
         doc = json.loads(text)
         docs = doc if isinstance(doc, list) else [doc]
-    except json.JSONDecodeError as first:
+    except (RecursionError, ValueError) as exc:  # nesting thousands deep, a number of thousands of digits
+        if not isinstance(exc, json.JSONDecodeError):
+            problem = "nested too deeply" if isinstance(exc, RecursionError) else value_problem(exc)
+            raise UserError(f"{source}: not valid JSON ({problem})") from None
+        first = exc
         docs = []
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
                 docs.append(json.loads(line))
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError, ValueError):
                 where = f"line {n}" if n > 1 else f"line {first.lineno} column {first.colno}"
                 raise UserError(f"{source}: {where}: not valid JSON ({first.msg})") from None
     for i, d in enumerate(docs):
@@ -57,7 +62,7 @@ def load_snapshot_files(specs: list[str], fleet: ObservedFleet) -> None:
         if not sep:
             node, path = Path(spec).stem, spec
         try:
-            text = Path(path).read_text()
+            text = decode_utf8(Path(path).read_bytes(), path)
         except OSError as exc:
             raise UserError(f"--snapshot {path}: {exc.strerror or exc}") from None
         snapshots = parse_snapshot_text(text, path)

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from exporter.errors import UserError
+from exporter.inputs import SafeInputLoader, value_problem
 from exporter.sim import scenario_events
 from exporter.sim.model import GpuSpec, Scenario
 from exporter.sim.fakedcgm.spec import parse_dcgm_section
@@ -43,8 +44,9 @@ _UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-
 _PCI = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$", re.I)
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys (PyYAML silently keeps the last)."""
+class _StrictLoader(SafeInputLoader):
+    """SafeLoader that refuses duplicate mapping keys (PyYAML silently keeps the last), deep
+    nesting and alias bombs (exporter.inputs)."""
 
 
 def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -88,6 +90,8 @@ def load_scenario(path: str | Path) -> Scenario:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise UserError(_one_line(f"{source}: {where}YAML syntax error: {problem}")) from None
+    except ValueError as exc:  # a number with thousands of digits
+        raise UserError(_one_line(f"{source}: YAML syntax error: {value_problem(exc)}")) from None
     return parse_scenario(data, source)
 
 

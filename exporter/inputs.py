@@ -1,0 +1,137 @@
+"""Reading input files so that every bad byte becomes one line naming the file and the place.
+
+Whatever a file holds (not UTF-8, a YAML or JSON syntax error, nesting thousands of levels
+deep, aliases that expand to billions of values, a number with thousands of digits, gigabytes),
+the reader raises :class:`~exporter.errors.UserError` with ``<file>: <place>: <problem>``, never
+another exception: commands turn it into ``exporter: error: ...`` and exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from exporter.errors import UserError
+
+MAX_INPUT_BYTES = 64 << 20  # the largest input (a day of JSON-lines snapshots) is far smaller
+MAX_DEPTH = 100  # nesting levels; real files use under 10
+MAX_EXPANDED_NODES = 1_000_000  # values after aliases are followed (a "billion laughs" file has 10^9)
+
+
+def read_text(path: str, what: str) -> str:
+    """The UTF-8 text of ``path`` ('-' is not special); UserError for a missing, huge or non-UTF-8 file."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_INPUT_BYTES + 1)
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a {what}") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise UserError(f"{path}: larger than {MAX_INPUT_BYTES >> 20} MiB; not a {what}")
+    return decode_utf8(data, path)
+
+
+def decode_utf8(data: bytes, source: str) -> str:
+    """``data`` as text (a UTF-8 byte order mark is dropped); UserError naming the line of a bad byte."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise UserError(f"{source}: line {line}, column {column}: not UTF-8 text "
+                        f"(byte 0x{data[exc.start]:02x})") from None
+
+
+class SafeInputLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, refusing nesting deeper than MAX_DEPTH and alias bombs."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent, index):  # noqa: D401 - PyYAML hook
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None:
+            _check_expansion(node)
+        return node
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Refuse a document whose aliases expand to more than MAX_EXPANDED_NODES values."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        sizes[id(node)] = 1  # a recursive alias counts once (PyYAML builds a cyclic object)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        total = min(total, MAX_EXPANDED_NODES + 1)
+        sizes[id(node)] = total
+        return total
+
+    if size(root) > MAX_EXPANDED_NODES:
+        raise yaml.composer.ComposerError(None, None, f"aliases expand to more than {MAX_EXPANDED_NODES:,} values",
+                                          root.start_mark)
+
+
+def parse_yaml(text: str, source: str, loader: type[yaml.SafeLoader] = SafeInputLoader) -> Any:
+    """One YAML document; UserError ``<source>: line L, column C: <problem>`` when it is not valid."""
+    try:
+        return yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise UserError(f"{source}: not valid YAML{yaml_problem(exc)}") from None
+    except RecursionError:
+        raise UserError(f"{source}: not valid YAML: nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise UserError(f"{source}: not valid YAML: {value_problem(exc)}") from None
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """' at line L, column C: problem' of a PyYAML error, on one line."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{where}: {' '.join(str(problem).split())}"
+
+
+def load_yaml_file(path: str, what: str) -> Any:
+    """read_text + parse_yaml."""
+    return parse_yaml(read_text(path, what), path)
+
+
+def parse_json(text: str, source: str) -> Any:
+    """One JSON document; UserError ``<source>: line L, column C: <problem>`` when it is not valid."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{source}: line {exc.lineno}, column {exc.colno}: not valid JSON: {exc.msg}") from None
+    except RecursionError:
+        raise UserError(f"{source}: not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        raise UserError(f"{source}: not valid JSON: {value_problem(exc)}") from None
+
+
+def value_problem(exc: ValueError) -> str:
+    """A parser's ValueError in words (Python's integer-size guard names a Python setting)."""
+    text = " ".join(str(exc).split())
+    if "int_max_str_digits" in text or "integer string conversion" in text:
+        return "a number with thousands of digits"
+    return text
