@@ -74,9 +74,11 @@ class Poller:
         wall_clock: Callable[[], float] = time.time,
         extra_collectors: Sequence[Collector] = (),
         observers: Sequence[Callable[[Snapshot], None]] = (),
+        process_series: str = "pod",
     ) -> None:
         """``observers`` see each good snapshot before it is rendered (e.g. to update forecasts
-        that ``extra_collectors`` export); an observer that raises is logged and skipped."""
+        that ``extra_collectors`` export); an observer that raises is logged and skipped.
+        ``process_series`` is what one per-process series stands for (exporter.collectors.instances)."""
         if not interval > 0:
             raise ValueError(f"interval must be positive, got {interval!r}")
         self.backend = backend
@@ -88,7 +90,8 @@ class Poller:
         self._exposition: Exposition | None = None
         self._prerender = PrerenderPlan()
         # The collectors read whatever the poller currently holds; only the poll path renders.
-        self._registry = build_registry(lambda: self._snapshot, lambda: self._stats, extra_collectors)
+        self._registry = build_registry(lambda: self._snapshot, lambda: self._stats, extra_collectors,
+                                        process_series)
         self._observers = tuple(observers)
         self._poll_lock = threading.Lock()
         self._stop = threading.Event()

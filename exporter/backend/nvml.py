@@ -312,7 +312,16 @@ class NvmlBackend:
             gpus=tuple(gpus),
             call_errors=self.caller.errors_snapshot(),
             section_ok={s: s not in failed for s in SECTIONS},
+            pod_devices=self._pod_devices(gpus),
         )
+
+    def _pod_devices(self, gpus: list[GpuInfo]):
+        """Kubelet device allocations on these GPUs; a failing resolver costs them, not the poll."""
+        try:
+            return self.identifier.pod_devices(gpus)
+        except Exception as exc:  # noqa: BLE001 - attribution is optional; the GPUs are not
+            log.warning("pod device allocations unavailable this poll: %s", exc)
+            return ()
 
     @property
     def calls_last_poll(self) -> int:
@@ -330,6 +339,9 @@ class NvmlBackend:
                 worker.reader.close()
         self._workers = []
         self._shutdown()
+        close_pods = getattr(self.identifier.pods, "close", None)
+        if close_pods is not None:  # background watchers of the pod sources
+            close_pods()
 
     def _shutdown(self) -> None:
         try:

@@ -30,7 +30,7 @@ _MAX_READ = 1 << 20  # environ/cmdline beyond 1 MiB is not worth holding in memo
 
 
 class ProcFs:
-    """Reads /proc/<pid>/{comm,cmdline,environ} under ``root`` (a fake tree in simulation)."""
+    """Reads /proc/<pid>/{comm,cmdline,environ,cgroup,stat} under ``root`` (a fake tree in simulation)."""
 
     def __init__(self, root: str = "/proc"):
         self.root = root
@@ -81,6 +81,11 @@ class ProcFs:
             return None
         args = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
         return " ".join(args) or None
+
+    def cgroup(self, pid: int) -> str | None:
+        """Contents of <pid>/cgroup (readable by anyone), or None when the process is gone."""
+        raw = self._read(pid, "cgroup")
+        return None if raw is None else raw.decode("utf-8", "replace")
 
     def environ(self, pid: int) -> dict[str, str] | None:
         """Initial environment of the process, or None when unreadable (needs same uid or root)."""

@@ -18,7 +18,7 @@ from exporter.server import start_server
 
 HELP = "poll the GPUs and serve Prometheus metrics over HTTP"
 SETTINGS = ("listen", "interval", "backend", "simulate", "speed", "log_level", "log_format", "procfs", "gpu_timeout",
-            "state_dir")
+            "state_dir", "process_series", "kubernetes_api", "pod_resources_socket", "node_name")
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
                     STALE_AFTER_INTERVALS * settings.interval)
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_SECONDS)
     foresight = Foresight(state_dir=settings.state_dir, rules=settings.workload_rules)
-    poller = make_poller(commands.make_backend(settings), settings.interval, foresight)
+    poller = make_poller(commands.make_backend(settings), settings.interval, foresight, settings.process_series)
     try:
         poller.start()
     except NoGpuError as exc:
@@ -57,9 +57,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def make_poller(backend, interval: float, foresight: Foresight) -> Poller:
+def make_poller(backend, interval: float, foresight: Foresight, process_series: str = "pod") -> Poller:
     """The poller serve runs: snapshot collectors plus the forecasts ``foresight`` learns from each poll."""
-    return Poller(backend, interval, extra_collectors=[ForecastCollector(foresight)], observers=[foresight.observe])
+    return Poller(backend, interval, extra_collectors=[ForecastCollector(foresight, process_series)],
+                  observers=[foresight.observe], process_series=process_series)
 
 
 async def _serve(poller: Poller, host: str, port: int, listen: str) -> None:

@@ -200,7 +200,7 @@ class Foresight:
             ProcessRow(gpu.index, gpu.uuid, proc.gi, proc.pid, proc.name, process_sharing(gpu, proc),
                        workload_label(key), expected_peak(state.used_bytes, state.profile),
                        forecast.at_contention_bytes.get(proc.pid) if contended else None,
-                       proc.namespace, proc.pod, proc.container)
+                       proc.namespace, proc.pod, proc.container, proc.replica)
             for proc, state, key in zip(domain.processes, states, keys)
         ]
         return device, rows

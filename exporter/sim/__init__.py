@@ -25,6 +25,7 @@ import pynvml
 from exporter.errors import UserError
 from exporter.sim.engine import Engine
 from exporter.sim.fakelib import FakeNvmlLib, call_matches, error_code
+from exporter.sim.kube import HOST_CGROUP, process_cgroups
 from exporter.sim.model import Scenario
 from exporter.sim.procfs import FakeProcfs, ProcEntry
 from exporter.sim.state import OomEvent
@@ -52,6 +53,7 @@ class Simulation:
         self.wall_base_us = int(time.time() * 1_000_000)
         # Virtual time 0 is the (whole-second) wall time the simulation was built at.
         self.boot_time = float(int(self.wall_base_us // 1_000_000))
+        self._cgroups = process_cgroups(scenario)
         self._procfs = FakeProcfs(procfs_dir, boot_time=self.boot_time)
         self.procfs_root: str = self._procfs.root
         self._saved_lib = None
@@ -130,7 +132,8 @@ class Simulation:
         now = self.engine.now
         hidden = [f for f in self.engine.faults if f.hides_procfs(now)]
         self._procfs.sync([
-            ProcEntry(p.pid, p.name, p.cmdline, dict(p.env), p.start)
+            ProcEntry(p.pid, p.name, p.cmdline, dict(p.env), p.start,
+                      cgroup=self._cgroups.get((p.pid, p.start), HOST_CGROUP))
             for p in self.engine.alive(now)
             if not any(f.gpu is None or f.gpu == p.gpu for f in hidden)
         ])

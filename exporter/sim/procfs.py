@@ -2,7 +2,8 @@
 
 Layout per live pid, as on Linux: ``<pid>/cmdline`` (argv joined by NUL, trailing NUL),
 ``<pid>/environ`` (KEY=VALUE entries joined by NUL, trailing NUL), ``<pid>/comm``
-(name truncated to 15 bytes + newline) and ``<pid>/status`` (``Name:`` and ``Pid:`` lines).
+(name truncated to 15 bytes + newline), ``<pid>/status`` (``Name:`` and ``Pid:`` lines) and
+``<pid>/cgroup`` (the pod's cgroup path, see exporter.sim.kube).
 Only directories this class created are ever removed.
 """
 
@@ -28,6 +29,7 @@ class ProcEntry:
     cmdline: str
     environ: Mapping[str, str]
     start_seconds: float = 0.0  # virtual time the process started (becomes <pid>/stat starttime)
+    cgroup: str = ""  # <pid>/cgroup contents (exporter.sim.kube.cgroup_file); "" = not written
 
 
 def _argv(cmdline: str) -> list[str]:
@@ -76,6 +78,8 @@ class FakeProcfs:
             "stat": (f"{e.pid} ({comm}) S 1 {e.pid} {e.pid} 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 "
                      f"{round(e.start_seconds * CLOCK_TICKS)} 0 0\n").encode(),
         }
+        if e.cgroup:
+            files["cgroup"] = e.cgroup.encode()
         for name, data in files.items():
             with open(os.path.join(directory, name), "wb") as fh:
                 fh.write(data)

@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from exporter.catalog import MIB, resolve_model
-from exporter.sim import scenario_events
+from exporter.sim import scenario_events, scenario_pods
 from exporter.sim.model import EventSpec, GpuSpec, MigSpec, ProcessSpec, timeline_value
 from exporter.sim.scenario_fields import (
     as_bool, as_bytes, as_duration, as_int, as_ratio, as_str, check_keys, fail, fmt_time, item,
@@ -53,6 +53,7 @@ def parse_processes(
         _process(p, item("processes", i), by_index, layouts, duration) for i, p in enumerate(raw)
     )
     _check_pids(processes)
+    scenario_pods.check_pods(processes)
     _check_start_memory(processes, by_index, layouts)
     scenario_events.check_reconfigure_in_use(processes, events)
     return processes
@@ -94,6 +95,9 @@ def _process(raw: Any, path: str, gpus, layouts, duration: float | None) -> Proc
     activity = {k: timeline(raw[k], key(path, k), as_ratio, origin=start)
                 for k in ACTIVITY_KEYS if raw.get(k) is not None}
     env = _env(raw.get("env") or {}, key(path, "env"))
+    pod = scenario_pods.parse_pod(raw["pod"], key(path, "pod")) if raw.get("pod") is not None else None
+    if pod is not None:
+        env.setdefault("HOSTNAME", pod.name)  # what every container runtime sets
     serves = mig.mps if mig is not None else gpu.mps
     mps_client = serves
     if raw.get("mps_client") is not None:
@@ -108,7 +112,7 @@ def _process(raw: Any, path: str, gpus, layouts, duration: float | None) -> Proc
              f"the {_gib(capacity)} of {what}")
     return ProcessSpec(pid=pid, name=name, cmdline=cmdline, gpu=gpu.index, mig=mig_index,
                        start=start, end=end, memory=memory, activity=activity, env=env,
-                       mps_client=mps_client)
+                       mps_client=mps_client, pod=pod)
 
 
 def _env(raw: Any, path: str) -> dict[str, str]:
