@@ -91,6 +91,7 @@ class ProcessReader:
                     entries[p.pid] = p
                     metas[p.pid] = self._lookup(ctx, p.pid)
         util = {} if on_mig or not entries else self._utilization(ctx, handle, tag)
+        replicas = self.replicas.assign(dev.gi, {pid: meta.identity.workload for pid, meta in metas.items()})
         processes = []
         for pid, entry in sorted(entries.items()):
             meta = metas[pid]
@@ -108,7 +109,7 @@ class ProcessReader:
                 environ=env, start_time=meta.start_time, workload=meta.identity.workload,
                 namespace=pod.namespace if pod else "", pod=pod.pod if pod else "",
                 container=pod.container if pod else "",
-                replica=self.replicas.assign(dev.gi, meta.identity.workload, pid)))
+                replica=replicas[pid]))
         servers = [MpsServer(pid=pid, gi=dev.gi) for pid in sorted(server_pids)]
         return processes, servers
 

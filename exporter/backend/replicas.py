@@ -19,31 +19,37 @@ class ReplicaSlots:
     def __init__(self) -> None:
         self._slot: dict[tuple[Hashable, int], tuple[str, int]] = {}  # (device, pid) -> (workload, slot)
         self._taken: dict[tuple[Hashable, str], set[int]] = {}  # (device, workload) -> slots in use
-        self._seen: set[tuple[Hashable, int]] = set()
+        self._read: set[Hashable] = set()  # devices read this poll
 
     def begin_poll(self) -> None:
-        self._seen = set()
+        self._read = set()
 
-    def assign(self, device: Hashable, workload: str, pid: int) -> int:
-        """The slot of ``pid`` on ``device``: kept from earlier polls, or the lowest free one."""
-        key = (device, pid)
-        self._seen.add(key)
-        held = self._slot.get(key)
-        if held is not None:
-            if held[0] == workload:
-                return held[1]
-            self._free(key)  # the workload key changed (its pod became known): a new instance
-        taken = self._taken.setdefault((device, workload), set())
-        slot = 0
-        while slot in taken:
-            slot += 1
-        taken.add(slot)
-        self._slot[key] = (workload, slot)
-        return slot
+    def assign(self, device: Hashable, workloads: dict[int, str]) -> dict[int, int]:
+        """pid -> slot for the processes (pid -> workload key) now on ``device``.
+
+        Processes that left the device free their slots first, so a process that replaces
+        one in the same poll takes its slot; new ones are placed in pid order.
+        """
+        self._read.add(device)
+        for key in [k for k in self._slot if k[0] == device and workloads.get(k[1]) != self._slot[k][0]]:
+            self._free(key)  # gone, or its workload key changed (its pod became known)
+        slots = {}
+        for pid in sorted(workloads):
+            key = (device, pid)
+            held = self._slot.get(key)
+            if held is None:
+                taken = self._taken.setdefault((device, workloads[pid]), set())
+                slot = 0
+                while slot in taken:
+                    slot += 1
+                taken.add(slot)
+                held = self._slot[key] = (workloads[pid], slot)
+            slots[pid] = held[1]
+        return slots
 
     def end_poll(self) -> None:
-        """Free the slots of processes not seen in this poll."""
-        for key in [k for k in self._slot if k not in self._seen]:
+        """Free the slots on devices not read in this poll (a GPU instance that went away)."""
+        for key in [k for k in self._slot if k[0] not in self._read]:
             self._free(key)
 
     def _free(self, key: tuple[Hashable, int]) -> None:

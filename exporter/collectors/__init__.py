@@ -14,6 +14,7 @@ from exporter.collectors.guard import Collector, GuardedCollectors
 from exporter.collectors.instances import POD
 from exporter.collectors.mig import MigCollector
 from exporter.collectors.mps import MpsCollector
+from exporter.collectors.pods import PodCollector
 from exporter.collectors.process import ProcessCollector
 from exporter.collectors.simulation import SimulationCollector
 
@@ -28,6 +29,7 @@ def default_collectors(snapshot: SnapshotSource, stats: Callable[[], PollStats],
         MigCollector(snapshot),
         ProcessCollector(snapshot, process_series),
         MpsCollector(snapshot, process_series),
+        PodCollector(snapshot),
         SimulationCollector(snapshot),
         ExporterCollector(stats, snapshot),
     ]

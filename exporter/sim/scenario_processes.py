@@ -20,7 +20,7 @@ from exporter.units import parse_mps_pinned_limits
 ACTIVITY_KEYS = ("sm_active", "tensor_active", "fp16_active", "fp32_active", "fp64_active",
                  "dram_active", "sm_occupancy", "graphics_active")
 PROCESS_KEYS = ("pid", "name", "cmdline", "gpu", "mig", "start", "end", "memory",
-                *ACTIVITY_KEYS, "env", "mps_client")
+                *ACTIVITY_KEYS, "env", "mps_client", "pod")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
