@@ -1,7 +1,8 @@
-"""Scenarios shipped inside the package, so ``--simulate NAME`` works from any directory.
+"""Scenarios and docs shipped inside the package: ``--simulate NAME`` works from any directory,
+and the landing page links the docs the exporter serves at ``/docs/<name>.md``.
 
-``exporter/scenarios`` holds the same files as ``examples/scenarios`` in a checkout (the
-package directory links there; wheels and sdists carry copies). A ``--simulate`` value is a
+``exporter/scenarios`` and ``exporter/docs`` hold the same files as ``examples/scenarios`` and
+``docs`` in a checkout (the package directories link there; wheels and sdists carry copies). A ``--simulate`` value is a
 path when that file exists, else the name of a shipped scenario, with or without ``.yaml``.
 """
 
@@ -13,6 +14,14 @@ from pathlib import Path
 from exporter.errors import UserError
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
+DOC_DIR = Path(__file__).resolve().parent / "docs"
+
+
+def shipped_docs() -> dict[str, Path]:
+    """File name (``metrics.md``) -> path of every shipped doc."""
+    if not DOC_DIR.is_dir():
+        return {}
+    return {p.name: p for p in sorted(DOC_DIR.glob("*.md"))}
 
 
 def shipped_scenarios() -> list[str]:

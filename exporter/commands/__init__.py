@@ -58,6 +58,17 @@ def add_setting_flags(parser: argparse.ArgumentParser, keys: Iterable[str]) -> N
         )
 
 
+def explicit_settings(args: argparse.Namespace) -> set[str]:
+    """Settings the user gave (flags or the config file), as opposed to built-in defaults."""
+    given = {key for key in _FLAG_HELP if hasattr(args, key)}
+    config = getattr(args, "config", None)
+    if config is not None:
+        from exporter.config import read_config_file
+
+        given |= set(read_config_file(config))
+    return given
+
+
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Merge defaults, --config and the flags given on the command line."""
     overrides = {key: getattr(args, key) for key in _FLAG_HELP if hasattr(args, key)}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import signal
 import sys
@@ -35,6 +36,12 @@ def run(args: argparse.Namespace) -> int:
     settings = commands.settings_from_args(args)
     configure_logging(settings.log_level, settings.log_format)
     host, port = settings.listen_address
+    if settings.gpu_timeout >= STALE_AFTER_INTERVALS * settings.interval and \
+            "gpu_timeout" not in commands.explicit_settings(args):
+        # A short --interval without a --gpu-timeout: shrink the default with it, so that a hung
+        # GPU cannot make /health flap (the user asked for nothing that conflicts).
+        settings = dataclasses.replace(settings, gpu_timeout=(STALE_AFTER_INTERVALS - 1) * settings.interval)
+        log.debug("--gpu-timeout defaults to %gs with --interval %gs", settings.gpu_timeout, settings.interval)
     if settings.gpu_timeout >= STALE_AFTER_INTERVALS * settings.interval:
         # A hung GPU makes each poll last gpu_timeout; /health would then flap to 503.
         log.warning("--gpu-timeout %gs is not below %d x --interval (%gs): /health will report stale "
