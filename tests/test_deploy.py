@@ -247,3 +247,27 @@ def test_systemd_unit_is_sandboxed_and_verifies():
                             capture_output=True, text=True, timeout=60)
     unknown = [line for line in result.stderr.splitlines() if "Unknown" in line or "unknown" in line]
     assert unknown == [], result.stderr
+
+
+# -- image -------------------------------------------------------------------------------------
+
+
+def test_image_base_is_pinned_and_runtime_dependencies_constrained():
+    import re
+    import tomllib
+
+    dockerfile = (REPO / "Dockerfile").read_text()
+    (base,) = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", dockerfile, re.M)
+    assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-[a-z]+(@sha256:[0-9a-f]{64})?", base), base
+    assert all(line.split()[1] == "${PYTHON_IMAGE}" for line in dockerfile.splitlines() if line.startswith("FROM "))
+    pins = {}
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[re.sub(r"[-_.]+", "-", name.lower())] = version
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    runtime = project["dependencies"] + project["optional-dependencies"]["k8s"]
+    for requirement in runtime:
+        name = re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower())
+        assert name in pins and re.fullmatch(r"\d+(\.\d+)*", pins[name]), requirement
+    assert "--constraint" in dockerfile and "'.[k8s]'" in dockerfile

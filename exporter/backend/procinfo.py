@@ -35,13 +35,27 @@ class ProcFs:
     def __init__(self, root: str = "/proc"):
         self.root = root
         self._btime: float | None = None
+        self._warned_denied = False
 
     def _read(self, pid: int, name: str) -> bytes | None:
         try:
             with open(os.path.join(self.root, str(pid), name), "rb") as f:
                 return f.read(_MAX_READ)
-        except OSError:  # gone, no permission, not a directory: all mean "unknown"
+        except PermissionError:
+            self._denied(pid, name)
             return None
+        except OSError:  # gone, not a directory: "unknown"
+            return None
+
+    def _denied(self, pid: int, name: str) -> None:
+        """Say once, plainly, what an unreadable <pid>/environ costs and how to grant it."""
+        if name != "environ" or self._warned_denied:
+            return
+        self._warned_denied = True
+        log.warning("cannot read %s (permission denied, running as uid %d): MPS client limits and workload "
+                    "names from the environment of other users' processes will be missing; run as root with "
+                    "CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (docs/kubernetes.md#privileges)",
+                    os.path.join(self.root, str(pid), name), os.geteuid())
 
     def boot_time(self) -> float | None:
         """Unix time the host booted (``btime`` in <root>/stat), read once; None if unreadable."""
