@@ -49,6 +49,11 @@ class PodShare:
     def attributed(self) -> bool:
         return bool(self.pod)
 
+    @property
+    def key(self) -> tuple[int, str, int | None, str, str]:
+        """(gpu index, uuid, gi, namespace, pod): the row's identity (exporter.accounting.RowKey)."""
+        return (self.gpu, self.uuid, self.gi, self.namespace, self.pod)
+
 
 def _gpu_sm_count(gpu: GpuInfo) -> int | None:
     try:

@@ -107,6 +107,10 @@ class ForecastCollector:
             # The same series as gpushare_process_memory_used_bytes: peaks of a container (or
             # replica slot) add up like its memory does.
             for labels, members in group(rows, gpu_labels(index, uuid), _row_fields, self.mode):
+                if len(members) == 1:
+                    out.add(self._peak, labels, members[0].expected_peak_bytes)
+                    out.add(self._at_contention, labels, members[0].at_contention_bytes)
+                    continue
                 out.add(self._peak, labels, known_total([r.expected_peak_bytes for r in members]))
                 out.add(self._at_contention, labels, known_total([r.at_contention_bytes for r in members]))
         for device in result.devices:

@@ -42,6 +42,9 @@ def group(items: Iterable[T], ids: tuple[str, str], fields: Callable[[T], Fields
     if mode not in MODES:
         raise ValueError(f"unknown process series mode {mode!r}")
     rows = [(item, fields(item)) for item in items]
+    if mode == PID or (mode == POD and not any(f[6] for _, f in rows)):
+        # One series per process (every series in pid mode; pod mode on a host without pods).
+        return [(ids + f[:8], [item]) for item, f in rows]
     if mode == WORKLOAD:
         rows = _fill_replicas(rows)
     series: dict[tuple[str, ...], list[T]] = {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from prometheus_client.metrics_core import Metric
+from prometheus_client.samples import Sample
 
 from exporter.accounting import Accounting
 from exporter.collectors.base import Families, SnapshotCollector, Spec, gi_label, gpu_labels
@@ -27,12 +28,6 @@ DEVICE_INFO = Spec(
     "gpushare_pod_device_info",
     "info",
     "The kubelet allocated this GPU (gi \"\") or MIG instance to the container (pod-resources API); always 1.",
-    DEVICE,
-)
-DEVICE_REPLICAS = Spec(
-    "gpushare_pod_device_replicas",
-    "gauge",
-    "Device ids of this device the container holds (replicas of a time-sliced or MPS-shared GPU; 1 otherwise).",
     DEVICE,
 )
 MEMORY_USED = Spec("gpushare_pod_memory_used_bytes", "gauge",
@@ -65,6 +60,7 @@ class PodCollector(SnapshotCollector):
     def __init__(self, source, accounting: Accounting | None = None) -> None:
         super().__init__(source)
         self.accounting = accounting or Accounting()
+        self._labels: dict[tuple, dict[str, str]] = {}  # row key -> its label dict, shared by its samples
 
     def families(self, snapshot: Snapshot) -> Iterable[Metric]:
         accounting = self.accounting
@@ -74,28 +70,47 @@ class PodCollector(SnapshotCollector):
             labels = gpu_labels(device.gpu_index, device.uuid) + (
                 gi_label(device.gi), device.namespace, device.pod, device.container, device.resource)
             out.add(DEVICE_INFO, labels, 1)
-            out.add(DEVICE_REPLICAS, labels, device.count)
         shown = accounting.pod_gpus
+        if not shown:
+            return out
+        # Hundreds of rows per poll on a busy node, each unique by construction: samples are
+        # appended directly (Families.add checks for repeats, which cannot happen here).
+        families = {spec.name: spec.new_family() for spec in (MEMORY_USED, SM_SHARE, MEMORY_BYTE_SECONDS,
+                                                              SM_SECONDS, ENERGY, NS_MEMORY_BYTE_SECONDS,
+                                                              NS_SM_SECONDS, NS_ENERGY)}
+        memory, share = families[MEMORY_USED.name].samples, families[SM_SHARE.name].samples
+        labels_of = self._labels
         for row in accounting.shares:
             if row.uuid in shown:
-                labels = gpu_labels(row.gpu, row.uuid) + (gi_label(row.gi), row.namespace, row.pod)
-                out.add(MEMORY_USED, labels, row.memory_bytes)
-                out.add(SM_SHARE, labels, row.sm_share)
-        for (index, uuid, gi, namespace, pod), totals in sorted(accounting.rows.items(), key=_row_order):
+                labels = labels_of.get(row.key)
+                if labels is None:
+                    labels = labels_of[row.key] = _row_labels(row.key)
+                if row.memory_bytes is not None:
+                    memory.append(Sample(MEMORY_USED.name, labels, row.memory_bytes, None, None, None))
+                if row.sm_share is not None:
+                    share.append(Sample(SM_SHARE.name, labels, row.sm_share, None, None, None))
+        byte_seconds, sm_seconds, joules = (families[s.name].samples for s in (MEMORY_BYTE_SECONDS, SM_SECONDS, ENERGY))
+        # Rows in the order accounting first saw them: deterministic for a given history.
+        for key, totals in accounting.rows.items():
+            if key[1] in shown:
+                labels = labels_of.get(key)
+                if labels is None:
+                    labels = labels_of[key] = _row_labels(key)
+                byte_seconds.append(Sample(MEMORY_BYTE_SECONDS.name, labels, totals.memory_byte_seconds, None, None,
+                                           None))
+                sm_seconds.append(Sample(SM_SECONDS.name, labels, totals.sm_seconds, None, None, None))
+                joules.append(Sample(ENERGY.name, labels, totals.energy_joules, None, None, None))
+        if len(labels_of) > 2 * len(accounting.rows) + 64:  # rows expired: forget their labels
+            self._labels = {k: v for k, v in labels_of.items() if k in accounting.rows}
+        for (index, uuid, namespace), totals in accounting.namespaces.items():
             if uuid in shown:
-                labels = gpu_labels(index, uuid) + (gi_label(gi), namespace, pod)
-                out.add(MEMORY_BYTE_SECONDS, labels, totals.memory_byte_seconds)
-                out.add(SM_SECONDS, labels, totals.sm_seconds)
-                out.add(ENERGY, labels, totals.energy_joules)
-        for (index, uuid, namespace), totals in sorted(accounting.namespaces.items()):
-            if uuid in shown:
-                labels = gpu_labels(index, uuid) + (namespace,)
-                out.add(NS_MEMORY_BYTE_SECONDS, labels, totals.memory_byte_seconds)
-                out.add(NS_SM_SECONDS, labels, totals.sm_seconds)
-                out.add(NS_ENERGY, labels, totals.energy_joules)
-        return out
+                labels = {"gpu": str(index), "uuid": uuid, "namespace": namespace}
+                for spec, value in ((NS_MEMORY_BYTE_SECONDS, totals.memory_byte_seconds),
+                                    (NS_SM_SECONDS, totals.sm_seconds), (NS_ENERGY, totals.energy_joules)):
+                    families[spec.name].samples.append(Sample(spec.name, labels, value, None, None, None))
+        return list(out) + [f for f in families.values() if f.samples]
 
 
-def _row_order(item):
-    (index, uuid, gi, namespace, pod), _ = item
-    return (index, -1 if gi is None else gi, namespace, pod)
+def _row_labels(key) -> dict[str, str]:
+    index, uuid, gi, namespace, pod = key
+    return {"gpu": str(index), "uuid": uuid, "gi": gi_label(gi), "namespace": namespace, "pod": pod}

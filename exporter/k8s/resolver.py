@@ -38,6 +38,8 @@ class KubernetesResolver:
         self.index = index
         self.allocations = allocations  # KubeletAllocations / StaticAllocations, or None
         self._closers = tuple(closers)
+        self._devices_key: tuple | None = None
+        self._devices: tuple[PodDevice, ...] = ()
 
     @property
     def generation(self) -> tuple[int, int]:
@@ -84,10 +86,20 @@ class KubernetesResolver:
         return candidates[0] if len(candidates) == 1 else ""
 
     def pod_devices(self, gpus: Iterable[GpuInfo]) -> tuple[PodDevice, ...]:
-        """The kubelet's device allocations resolved to this poll's GPUs and MIG instances."""
+        """The kubelet's device allocations resolved to this poll's GPUs and MIG instances.
+
+        Recomputed only when the allocations or the devices (GPUs, MIG instances) changed.
+        """
         if self.allocations is None:
             return ()
-        return pod_devices(self.allocations.devices(), gpus)
+        gpus = list(gpus)
+        devices = self.allocations.devices()
+        key = (id(devices), self.allocations.generation,
+               tuple((g.index, g.uuid, tuple((i.gi, i.mig_index, i.mig_uuid) for i in g.mig_instances)) for g in gpus))
+        if self._devices_key != key:
+            self._devices = pod_devices(devices, gpus)
+            self._devices_key = key
+        return self._devices
 
     def close(self) -> None:
         for close in self._closers:
