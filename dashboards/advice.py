@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from dashboards.common import EXPORTER, FLEET_VARIABLES, LINKS, MPS_SHARING, sel
+from dashboards.common import EXPORTER, FLEET_VARIABLES, INSTANCE_LABELS, LINKS, MPS_SHARING, sel
 from dashboards.grafana import Column, Dashboard, Panel, Query, Row
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,7 +57,7 @@ def advice_markdown() -> str:
 
 
 UNLIMITED_CLIENTS = (f"{sel('gpushare_process_memory_used_bytes', MPS_SHARING)} "
-                     f"unless on(job, instance, uuid, gi, pid) {sel('gpushare_mps_client_memory_limit_bytes')} "
+                     f"unless on(job, instance, uuid, gi, {INSTANCE_LABELS}) {sel('gpushare_mps_client_memory_limit_bytes')} "
                      f"unless on(job, instance, uuid, pid) {sel('gpushare_mps_server_info')}")
 EXCLUSIVE = "on(job, instance, uuid) " + sel("gpushare_gpu_info", 'sharing="exclusive"')
 RECOMMEND = ('label_replace(max by (job, instance) ('

@@ -29,7 +29,10 @@ SHARED_GPU = 'sharing=~"mps|time_slicing"'
 
 GPU_LEGEND = "{{instance}} GPU {{gpu}}"
 MIG_LEGEND = "{{instance}} GPU {{gpu}} GI {{gi}} ({{profile}})"
-PROCESS_LEGEND = "{{instance}} GPU {{gpu}} {{process}} {{pid}}"
+# A per-process series is one instance (--process-series): a pid, a pod's container (pid ""), or a
+# workload replica. Joins between per-process families match on all of it.
+INSTANCE_LABELS = "pid, namespace, pod, container, replica"
+PROCESS_LEGEND = "{{instance}} GPU {{gpu}} {{process}} {{pid}}{{namespace}}/{{pod}}/{{container}}{{replica}}"
 
 GiB = 2**30
 

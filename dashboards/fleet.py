@@ -98,6 +98,39 @@ memory = Row("Memory headroom: how much is left now, and at the expected peak?",
         description="Linear trend of used memory over the last 5 minutes; absent while memory is not growing."),
 ))
 
+
+
+def by_namespace(expr: str) -> str:
+    """``sum by (namespace)`` of ``expr``, the unattributed rest (namespace "") named as such."""
+    return f'label_replace(sum by (namespace) ({expr}), "namespace", "(unattributed)", "namespace", "")'
+
+
+NAMESPACE_RATE = "rate({}[$__rate_interval])"
+namespaces = Row("GPU use by namespace: who uses the shared GPUs, and how much?", (
+    Panel("SM time by namespace", "timeseries", "short",
+          (Query(by_namespace(NAMESPACE_RATE.format(sel("gpushare_namespace_sm_seconds_total"))), "{{namespace}}"),),
+          minimum=0, width=8,
+          description="GPUs' worth of SM time each namespace's pods use (1 = every SM of one GPU busy). Split from "
+                      "per-process samples, never the device's value copied; (unattributed): host processes and "
+                      "shares that cannot be split. Kubernetes only."),
+    Panel("Memory held by namespace", "timeseries", "bytes",
+          (Query(by_namespace(NAMESPACE_RATE.format(sel("gpushare_namespace_memory_byte_seconds_total"))),
+                 "{{namespace}}"),),
+          minimum=0, width=8,
+          description="Average device memory held by each namespace's pods (byte-seconds per second)."),
+    Panel("Energy by namespace", "timeseries", "watt",
+          (Query(by_namespace(NAMESPACE_RATE.format(sel("gpushare_namespace_energy_joules_total"))),
+                 "{{namespace}}"),),
+          minimum=0, width=8,
+          description="GPU power booked to each namespace by its SM share; (unattributed) includes idle power."),
+    Panel("Use by namespace over the time range", "table", "s", (
+        Query(by_namespace(f"increase({sel('gpushare_namespace_sm_seconds_total')}[$__range])"), instant=True),
+        Query(by_namespace(f"increase({sel('gpushare_namespace_energy_joules_total')}[$__range])"), instant=True),
+    ), columns=(Column("SM time", "s"), Column("Energy", "joule")), width=24,
+        description="What to bill a shared GPU by: SM-seconds and estimated joules per namespace over the selected "
+                    "time range (recording rules namespace:gpushare_*:rate5m in alerts/gpushare-recording.yml)."),
+))
+
 alerts = Row("Alerts: what is firing or about to fire?", (
     Panel("gpushare alerts", "table", "none", (Query(sel("ALERTS", scope=EXPORTER)),), width=24,
           hide=("job", "Value"), no_value="no alert",
@@ -140,6 +173,6 @@ DASHBOARD = Dashboard(
     description="Shared NVIDIA GPUs of the selected exporters: sharing modes, utilisation, memory headroom, "
                 "alerts and exporter health.",
     variables=FLEET_VARIABLES,
-    rows=(inventory, activity, memory, alerts, exporters),
+    rows=(inventory, activity, memory, namespaces, alerts, exporters),
     links=LINKS,
 )

@@ -8,7 +8,7 @@ from dashboards.common import (
 from dashboards.grafana import Column, Dashboard, Panel, Query, Row
 
 PIPES = ("sm", "tensor", "fp64", "fp32", "fp16", "dram", "graphics")
-PROC = "GI {{gi}} {{process}} ({{pid}})"
+PROC = "GI {{gi}} {{process}} ({{pid}}{{namespace}}/{{pod}}/{{container}}{{replica}})"
 
 identity = Row("Identity: which GPU is this, how is it shared, is it readable?", (
     Panel("GPU", "table", "none", (Query(sel("gpushare_gpu_info")),), width=15, height=4,

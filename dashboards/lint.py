@@ -89,6 +89,16 @@ def expected_units(expr: str) -> set[str]:
     if re.match(r"\s*count\b", blanked):
         return {"short", "none"}
     in_rate = first in counter_arguments(expr) and "increase" not in blanked
+    in_increase = first in counter_arguments(expr) and "increase" in blanked
+    # Accounting counters: rate of byte-seconds is bytes held, rate of SM-seconds is GPUs busy.
+    if first.endswith("_byte_seconds_total"):
+        return {"bytes"} if in_rate else {"short", "none"}
+    if first.endswith("_seconds_total") and in_rate:
+        return {"short", "none"}
+    if first.endswith("_seconds_total") and in_increase:
+        return {"s"}
+    if first.endswith("_joules_total") and in_increase:
+        return {"joule"}
     if first in PROMETHEUS_SERIES or first.endswith(("_info", "_up")):
         return {"none", "short"}
     if first.endswith("_bytes"):

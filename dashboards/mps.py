@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dashboards.common import (
+    INSTANCE_LABELS,
+    PROCESS_LEGEND,
     EXPORTER, FLEET_VARIABLES, GPU_LEGEND, LINKS, MIG_LEGEND, MPS_SHARING, GiB, on_shared_gpus, sel,
     usable_gpu_memory,
 )
@@ -17,7 +19,7 @@ MIG_LIMITS = sel("gpushare_mps_client_memory_limit_bytes", 'gi!=""')
 # Processes that can take memory another process on the same device needs.
 CONTENDED = 'sharing=~"mps|mig[+]mps|time_slicing"'
 EXPECTED_PEAK = sel("gpushare_process_memory_expected_peak_bytes", CONTENDED)
-CLIENT = "{{instance}} GPU {{gpu}} {{process}} {{pid}}"
+CLIENT = PROCESS_LEGEND
 FORECAST = " Forecast from the exporter's learned workload profiles."
 
 clients = Row("Clients: who shares each GPU under MPS, and within which limits?", (
@@ -27,7 +29,7 @@ clients = Row("Clients: who shares each GPU under MPS, and within which limits?"
           (Query(sel("gpushare_mps_clients"), "{{instance}} GPU {{gpu}} GI {{gi}}"),), minimum=0, width=10,
           description="Client processes of each MPS server (GI empty: whole-GPU MPS)."),
     Panel("Clients without a pinned memory limit", "stat", "short",
-          (Query(f"count({CLIENT_MEMORY} unless on(job, instance, uuid, gi, pid) {LIMIT})"),), width=4,
+          (Query(f"count({CLIENT_MEMORY} unless on(job, instance, uuid, gi, {INSTANCE_LABELS}) {LIMIT})"),), width=4,
           thresholds=((1, "orange"),), no_value="0",
           description="Such a client can take memory the others need (MpsClientWithoutMemoryLimit advice)."),
     Panel("Pinned limits as a share of usable memory", "bargauge", "percentunit", (
@@ -41,7 +43,7 @@ clients = Row("Clients: who shares each GPU under MPS, and within which limits?"
     Panel("Client memory vs its pinned limit", "table", "bytes", (
         Query(CLIENT_MEMORY),
         Query(LIMIT),
-        Query(f"({CLIENT_MEMORY}) / on(job, instance, uuid, gi, pid) {LIMIT}"),
+        Query(f"({CLIENT_MEMORY}) / on(job, instance, uuid, gi, {INSTANCE_LABELS}) {LIMIT}"),
         Query(sel("gpushare_mps_client_active_thread_ratio")),
     ), columns=(Column("Memory used", "bytes"), Column("Pinned limit", "bytes"),
                 Column("Used of limit", "percentunit", colored=True), Column("SM share", "percentunit")),
@@ -87,13 +89,13 @@ demand = Row("Contention: will the clients' peaks fit together, and when do they
     Panel("Expected peak of each client", "table", "bytes", (
         Query(EXPECTED_PEAK),
         # "+ 0 * peak" only copies the workload label, so the rows line up with the first query's.
-        Query(f"{sel('gpushare_process_memory_used_bytes', CONTENDED)} + on(job, instance, uuid, gi, pid) "
+        Query(f"{sel('gpushare_process_memory_used_bytes', CONTENDED)} + on(job, instance, uuid, gi, {INSTANCE_LABELS}) "
               f"group_left(workload) (0 * {EXPECTED_PEAK})"),
     ), columns=(Column("Expected peak", "bytes"), Column("In use now", "bytes")), hide=("job", "uuid"),
         description="Learned peak of each process's workload next to its use now." + FORECAST),
     Panel("Who holds what when the peaks collide", "bargauge", "bytes",
           (Query(sel("gpushare_process_memory_expected_at_contention_bytes"),
-                 "{{instance}} GPU {{gpu}} {{workload}} ({{pid}})"),),
+                 "{{instance}} GPU {{gpu}} {{workload}} ({{pid}}{{pod}}{{replica}})"),),
           thresholds=((8 * GiB, "orange"),), base_color="yellow",
           description="Each process's expected memory at the predicted overflow (only while one is predicted)."
                       + FORECAST),

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 from exporter.errors import UserError
 from exporter.foresight.workload import parse_rules
 from exporter.inputs import load_yaml_file
+from exporter.shipped import shipped_scenarios
 
 # Outside 9100-9999 on purpose: that range of Prometheus's default-port-allocations
 # wiki is fully allocated (see docs/configuration.md for the reasoning).
@@ -26,6 +27,7 @@ DEFAULT_PORT = 18474
 BACKENDS = ("auto", "nvml", "dcgm")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
+PROCESS_SERIES = ("pid", "pod", "workload")  # see docs/metrics.md, "Process series and cardinality"
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,10 @@ class Settings:
     web_read_timeout: float = 10.0  # seconds a client has to send a complete request (and TLS handshake)
     web_idle_timeout: float = 120.0  # seconds a keep-alive connection may sit idle
     redact_patterns: tuple = ()  # extra regular expressions for command-line redaction; config file only
+    process_series: str = "pod"  # one series per pid, per pod container, or per workload replica
+    kubernetes_api: str = "auto"  # auto (in-cluster when in a pod) | off | URL of the API server
+    pod_resources_socket: str = "auto"  # auto (the kubelet's, when present) | off | socket path
+    node_name: str | None = None  # whose pods to watch; None = $NODE_NAME
 
     @property
     def listen_address(self) -> tuple[str, int]:
@@ -186,6 +192,29 @@ def parse_dcgm_address(value: Any) -> str:
     return f"tcp://{host}:{int(port)}"
 
 
+def _api_url(value: Any) -> str:
+    text = value.strip() if isinstance(value, str) else value
+    if text in ("auto", "off"):
+        return text
+    if not isinstance(text, str) or not text.startswith(("http://", "https://")) or len(text.split("//", 1)[1]) < 1:
+        raise ValueError(f"expected auto, off or an http(s):// URL of the API server, got {value!r}")
+    return text.rstrip("/")
+
+
+def _socket(value: Any) -> str:
+    if value in ("auto", "off"):
+        return value
+    if not isinstance(value, str) or not os.path.isabs(value):
+        raise ValueError(f"expected auto, off or an absolute path of the kubelet's pod-resources socket, got {value!r}")
+    return value
+
+
+def _node_name(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value.strip()):
+        raise ValueError(f"expected a node name, got {value!r}")
+    return value.strip()
+
+
 PARSERS: dict[str, Callable[[Any], Any]] = {
     "listen": _listen,
     "interval": _seconds,
@@ -205,6 +234,10 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "web_read_timeout": _seconds,
     "web_idle_timeout": _seconds,
     "redact_patterns": _patterns,
+    "process_series": _choice(PROCESS_SERIES),
+    "kubernetes_api": _api_url,
+    "pod_resources_socket": _socket,
+    "node_name": _node_name,
 }
 PATH_KEYS = ("simulate", "procfs", "state_dir", "dcgm_bindings", "web_config_file")
 assert set(PARSERS) == {f.name for f in fields(Settings)}, "every setting needs a parser"
@@ -246,7 +279,11 @@ def read_config_file(path: str) -> dict[str, Any]:
         except UserError as exc:  # already names the place inside the value
             raise UserError(f"{path}: {exc}") from None
         if key in PATH_KEYS and not os.path.isabs(value):
-            value = os.path.join(base, value)  # relative to the file, not to wherever exporter runs
+            joined = os.path.join(base, value)  # relative to the file, not to wherever exporter runs
+            # A bare name that is no file next to the config names a shipped scenario (exporter.shipped).
+            shipped_name = (key == "simulate" and os.sep not in value and not os.path.exists(joined)
+                            and value.removesuffix(".yaml") in shipped_scenarios())
+            value = value if shipped_name else joined
         values[key] = value
     return values
 

@@ -13,9 +13,10 @@ the kubelet or API server). Without one, the downward-API variables of the proce
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Protocol
+from typing import Hashable, Iterable, Mapping, Protocol
 
 from exporter.foresight.workload import WorkloadRule, workload_key
+from exporter.snapshot import GpuInfo, PodDevice
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,13 @@ class ProcessIdentity:
 
 
 class PodResolver(Protocol):
-    """Finds the pod of a host pid; None when the process is not in a (known) pod."""
+    """Finds the pod of a host pid; None when the process is not in a (known) pod.
+
+    Optional extras a resolver may have (exporter.k8s.resolver.KubernetesResolver has both):
+    ``generation``, a value that changes whenever an earlier "unknown" may have become known
+    (the process reader then asks again for pids it could not place), and
+    ``pod_devices(gpus)``, the devices the kubelet allocated to each container.
+    """
 
     def resolve(self, pid: int) -> PodRef | None: ...
 
@@ -55,6 +62,15 @@ class Identifier:
     def __init__(self, rules: Iterable[WorkloadRule] = (), pods: PodResolver | None = None) -> None:
         self.rules = tuple(rules)
         self.pods = pods
+
+    def generation(self) -> Hashable:
+        """Changes when the pod resolver learned something (see PodResolver); constant without one."""
+        return getattr(self.pods, "generation", None)
+
+    def pod_devices(self, gpus: Iterable[GpuInfo]) -> tuple[PodDevice, ...]:
+        """Devices allocated to Kubernetes containers on these GPUs; () without a resolver that knows."""
+        devices = getattr(self.pods, "pod_devices", None)
+        return devices(gpus) if devices is not None else ()
 
     def identify(self, pid: int, name: str, cmdline: str, environ: Mapping[str, str]) -> ProcessIdentity:
         """The identity of one process; never raises for a process that is gone (pod unknown)."""

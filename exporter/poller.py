@@ -89,11 +89,13 @@ class Poller:
         extra_collectors: Sequence[Collector] = (),
         observers: Sequence[Callable[[Snapshot], None]] = (),
         stale_after: float | None = None,
+        process_series: str = "pod",
     ) -> None:
         """``observers`` see each good snapshot before it is rendered (e.g. to update forecasts
         that ``extra_collectors`` export); an observer that raises is logged and skipped.
         ``stale_after``: seconds after the latest successful poll at which /health turns 503
-        (default STALE_AFTER_INTERVALS intervals)."""
+        (default STALE_AFTER_INTERVALS intervals). ``process_series`` is what one per-process
+        series stands for (exporter.collectors.instances)."""
         if not interval > 0:
             raise ValueError(f"interval must be positive, got {interval!r}")
         self.backend = backend
@@ -106,7 +108,8 @@ class Poller:
         self._exposition: Exposition | None = None
         self._prerender = PrerenderPlan()
         # The collectors read whatever the poller currently holds; only the poll path renders.
-        self._registry = build_registry(lambda: self._snapshot, lambda: self._stats, extra_collectors)
+        self._registry = build_registry(lambda: self._snapshot, lambda: self._stats, extra_collectors,
+                                        process_series)
         self._observers = tuple(observers)
         self._poll_lock = threading.Lock()
         self._stop = threading.Event()

@@ -22,6 +22,7 @@ from exporter import encode, snapshot_json
 from exporter.collectors import GuardedCollectors, PollStats, default_collectors
 from exporter.collectors.base import SnapshotSource
 from exporter.collectors.guard import Collector
+from exporter.collectors.instances import POD
 from exporter.prerender import Variant
 from exporter.snapshot import Snapshot
 
@@ -103,14 +104,15 @@ class Exposition:
 
 
 def build_registry(
-    snapshot: SnapshotSource, stats: Callable[[], PollStats], extra: Sequence[Collector] = ()
+    snapshot: SnapshotSource, stats: Callable[[], PollStats], extra: Sequence[Collector] = (),
+    process_series: str = POD,
 ) -> CollectorRegistry:
     """A private registry holding every collector behind the failure guard.
 
     ``extra`` collectors (e.g. forecasts) go after the snapshot collectors and before the
     exporter's own; each needs ``name``, ``collect()`` and ``section_ok()``.
     """
-    collectors = default_collectors(snapshot, stats)
+    collectors = default_collectors(snapshot, stats, process_series)
     collectors[-1:-1] = list(extra)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GuardedCollectors(collectors))

@@ -23,6 +23,7 @@ from typing import Awaitable, Callable, Protocol
 from aiohttp import web
 
 from exporter.poller import Health
+from exporter.shipped import shipped_docs
 from exporter.render import Exposition
 from exporter.web.checks import RequestChecks, refuse_expect
 from exporter.web.guard import ConnectionGuard, GuardedSite, HttpLimits, HttpStats
@@ -90,11 +91,16 @@ class _Handlers:
             "/health": self.health,
             "/api/v1/snapshot": self.snapshot,
         }
+        # The docs travel in the package (exporter.shipped): the landing page links them here.
+        self._docs = shipped_docs()
+        for name in self._docs:
+            self.routes[f"/docs/{name}"] = self.doc
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         handler = self.routes.get(request.path)
         if handler is None:
-            return _text(404, f"not found: {request.path} (try {', '.join(sorted(self.routes))})")
+            tries = sorted(r for r in self.routes if not r.startswith("/docs/")) + (["/docs/"] if self._docs else [])
+            return _text(404, f"not found: {request.path} (try {', '.join(tries)})")
         if request.method not in ALLOWED_METHODS:
             return _text(
                 405, f"method {request.method} not allowed on {request.path}", Allow=", ".join(ALLOWED_METHODS)
@@ -135,6 +141,10 @@ class _Handlers:
             return _text(503, "no snapshot yet: no poll has succeeded", **{"Retry-After": "1"})
         return web.Response(body=body, content_type="application/json", headers={"Cache-Control": "no-store"})
 
+    async def doc(self, request: web.Request) -> web.StreamResponse:
+        path = self._docs[request.path.rsplit("/", 1)[1]]
+        return web.Response(text=path.read_text(encoding="utf-8"), content_type="text/markdown", charset="utf-8")
+
     async def landing(self, request: web.Request) -> web.StreamResponse:
         return web.Response(text=landing_page(self.poller), content_type="text/html", charset="utf-8")
 
@@ -158,15 +168,23 @@ def landing_page(poller: PollerView) -> str:
             "<table><tr><th>GPU</th><th>Name</th><th>Sharing</th><th>State</th><th>UUID</th></tr>"
             f"{rows}</table>"
         )
+    simulated = ""
+    if snapshot is not None and snapshot.simulation is not None:
+        simulated = (f"<p><strong>Simulated GPUs</strong> (<code>--simulate</code>, scenario time "
+                     f"{snapshot.simulation.time_seconds:.0f}s): no real GPU is read; every value comes from "
+                     "the scenario.</p>")
+    docs = shipped_docs()
+    doc_links = "".join(f"<li><a href=\"/docs/{esc(name)}\">{esc(name)}</a>: {esc(what)}</li>"
+                        for name, what in DOC_TITLES if name in docs)
     return (
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>gpushare-exporter</title></head><body>"
-        f"<h1>gpushare-exporter</h1><p>Version {esc(poller.version)}, backend {esc(poller.backend_name)}, "
+        f"<h1>gpushare-exporter</h1>{simulated}<p>Version {esc(poller.version)}, backend {esc(poller.backend_name)}, "
         f"polling every {poller.interval:g}s.</p>{_backend_line(poller, snapshot)}{gpus}"
         "<ul><li><a href=\"/metrics\">/metrics</a>: Prometheus metrics</li>"
-        "<li><a href=\"/health\">/health</a>: 200 while polls succeed</li></ul>"
-        "<p>Documentation: docs/metrics.md (every metric) and docs/configuration.md (flags, config file) "
-        "in the gpushare-exporter source tree.</p>"
-        "</body></html>\n"
+        "<li><a href=\"/health\">/health</a>: 200 while polls succeed</li>"
+        "<li><a href=\"/api/v1/snapshot\">/api/v1/snapshot</a>: the latest poll as JSON</li></ul>"
+        + (f"<p>Documentation:</p><ul>{doc_links}</ul>" if doc_links else "")
+        + "</body></html>\n"
     )
 
 
@@ -179,6 +197,14 @@ def _backend_line(poller: PollerView, snapshot) -> str:
         if not status.available:
             lines.append(f"Source {esc(name)} unavailable: {esc(status.reason)}.")
     return "".join(f"<p>{line}</p>" for line in lines)
+
+
+# Docs the landing page links, in this order.
+DOC_TITLES = (("metrics.md", "every metric, its unit and labels"),
+              ("configuration.md", "commands, flags, config file, endpoints"),
+              ("kubernetes.md", "pods, per-pod numbers and accounting, deployment"),
+              ("alerts.md", "alert rules"), ("runbooks.md", "what to do when an alert fires"),
+              ("dashboards.md", "Grafana dashboards"), ("scenarios.md", "the --simulate scenario format"))
 
 
 class Server:

@@ -72,6 +72,9 @@ class ProcessInfo:
     namespace: str = ""
     pod: str = ""
     container: str = ""
+    # Lowest free slot among the live processes of this workload on this device (GPU or GPU
+    # instance), kept for the process's life (exporter.backend.replicas); None when not assigned.
+    replica: int | None = None
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,21 @@ class GpuInfo:
 
 
 @dataclass(frozen=True)
+class PodDevice:
+    """A device the kubelet allocated to a container (pod-resources API): a GPU, a MIG instance,
+    or ``count`` replicas of a shared (time-sliced / MPS) GPU."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str  # extended resource name, e.g. "nvidia.com/gpu", "nvidia.com/mig-1g.10gb"
+    gpu_index: int
+    uuid: str  # the physical GPU's UUID
+    gi: int | None  # GPU instance id of a MIG device; None for a whole GPU
+    count: int = 1  # device ids of this device held (replicas of a shared GPU)
+
+
+@dataclass(frozen=True)
 class SimulationInfo:
     """Present only in --simulate mode."""
 
@@ -176,3 +194,5 @@ class Snapshot:
     # whose state is not known yet (e.g. DCGM profiling before its first watch) is left out.
     sources: Mapping[str, SourceStatus] = field(default_factory=dict)
     backend_reason: str = ""  # why this backend reads the GPUs, e.g. "--backend auto: DCGM not installed"
+    # Kubernetes device allocations on this node (pod-resources); empty outside Kubernetes.
+    pod_devices: tuple[PodDevice, ...] = ()

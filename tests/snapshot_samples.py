@@ -7,11 +7,14 @@ but still carries (stale) values that must not be exported.
 
 from __future__ import annotations
 
+import dataclasses
+
 from exporter.snapshot import (
     Activity,
     GpuInfo,
     MigInstance,
     MpsServer,
+    PodDevice,
     ProcessInfo,
     SimulationInfo,
     Snapshot,
@@ -149,3 +152,27 @@ def rich_snapshot(simulated: bool = True) -> Snapshot:
         sources={"nvml": SourceStatus(True), "dcgm": SourceStatus(True),
                  "dcgm_profiling": SourceStatus(False, "profiling module busy (-37)")},
     )
+
+
+# Pods of rich_snapshot_with_pods(): (namespace, pod, container) by pid.
+PODS = {201: ("ml", "trainer-0", "train"), 202: ("ml", "serve-7d9f8b6c4-x2k9p", "server"),
+        400: ("research", "finetune-x7k2q", "main")}
+
+
+def rich_snapshot_with_pods() -> Snapshot:
+    """rich_snapshot() on Kubernetes: GPU 0's MPS clients and GPU 1's GI 1 process run in pods, and
+    the kubelet gave GPU 0's replicas to those pods and GPU 1's GI 2 (no pod process visible) to a
+    third pod."""
+    snapshot = rich_snapshot()
+    gpus = []
+    for gpu in snapshot.gpus:
+        procs = tuple(dataclasses.replace(p, namespace=PODS[p.pid][0], pod=PODS[p.pid][1], container=PODS[p.pid][2])
+                      if p.pid in PODS else p for p in gpu.processes)
+        gpus.append(dataclasses.replace(gpu, processes=procs))
+    devices = (
+        PodDevice("ml", "trainer-0", "train", "nvidia.com/gpu", 0, UUID0, None, 1),
+        PodDevice("ml", "serve-7d9f8b6c4-x2k9p", "server", "nvidia.com/gpu", 0, UUID0, None, 2),
+        PodDevice("research", "finetune-x7k2q", "main", "nvidia.com/mig-3g.40gb", 1, UUID1, 1, 1),
+        PodDevice("vision", "detect-5f6g7", "main", "nvidia.com/mig-3g.40gb", 1, UUID1, 2, 1),
+    )
+    return dataclasses.replace(snapshot, gpus=tuple(gpus), pod_devices=devices)

@@ -19,7 +19,7 @@ from exporter.errors import NoGpuError
 from snapshot_samples import rich_snapshot
 
 REPO = Path(__file__).resolve().parent.parent
-HINT = "--simulate examples/scenarios/wan22-h100-mps-together.yaml"
+HINT = "--simulate wan22-h100-mps-together"
 
 
 class FakeBackend:

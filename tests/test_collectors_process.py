@@ -12,10 +12,10 @@ from exporter.snapshot import ProcessInfo
 from snapshot_samples import GIB, UUID0, UUID1, UUID2, mig_gpu, mps_gpu, rich_snapshot
 
 
-def registry_for(snapshot, *collectors) -> CollectorRegistry:
+def registry_for(snapshot, *collectors, mode: str = "pid") -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     for cls in collectors or (ProcessCollector, MpsCollector):
-        registry.register(cls(lambda: snapshot))
+        registry.register(cls(lambda: snapshot, mode))
     return registry
 
 

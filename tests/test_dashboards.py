@@ -1,7 +1,7 @@
 """Grafana dashboards as code: committed JSON, importable shape, units, and every query proven on a real Prometheus.
 
-The end-to-end part runs three simulated exporters at 30x (the 8-GPU mixed H100 node, the
-Wan 2.2 MPS out-of-memory story, the fault demo through the DCGM backend) scraped every second by Debian's Prometheus
+The end-to-end part runs four simulated exporters at 30x (the 8-GPU mixed H100 node, the
+Wan 2.2 MPS out-of-memory story, the fault demo through the DCGM backend, the Kubernetes node whose pods share GPUs) scraped every second by Debian's Prometheus
 with alerts/*.yml loaded, until the Wan scenario's OOM kill has been scraped (~20 s). Then
 every panel's queries run through the HTTP API with the dashboard variables substituted as
 Grafana would: All, each exporter alone, and for the GPU detail dashboard each single GPU.
@@ -169,7 +169,8 @@ def test_rate_and_increase_only_take_counters():
 CANNOT_FEED: dict[tuple[str, str], str] = {}
 # Ratios that may exceed 1 by design.
 MAY_EXCEED_ONE = {("gpushare-mps", "Pinned limits as a share of usable memory")}
-SCENARIO_FILES = {"mixed": "h100-mixed-node.yaml", "wan": "wan22-h100-mps-together.yaml", "faults": "faults-demo.yaml"}
+SCENARIO_FILES = {"mixed": "h100-mixed-node.yaml", "wan": "wan22-h100-mps-together.yaml", "faults": "faults-demo.yaml",
+                  "k8s": "k8s-shared-node.yaml"}
 
 
 @dataclass
@@ -264,6 +265,8 @@ def run(tmp_path_factory):
         # Through DCGM: its A100 MIG instances get pipe activity (NVML's GPM has none before Hopper).
         exporters["faults"] = Exporter(SCENARIOS / SCENARIO_FILES["faults"], speed=30, interval=0.5,
                                        extra_args=["--gpu-timeout", "1", "--backend", "dcgm"])
+        # Pods sharing GPUs: feeds the per-namespace row.
+        exporters["k8s"] = Exporter(SCENARIOS / SCENARIO_FILES["k8s"], speed=30, interval=0.5)
         # Last, so that Prometheus sees the Wan story from its first simulated minute.
         exporters["wan"] = Exporter(SCENARIOS / SCENARIO_FILES["wan"], speed=30, interval=0.5, extra_args=wan_args)
         with Prometheus({"gpushare": [e.target for e in exporters.values()]}, rule_files=RULE_FILES) as prom:

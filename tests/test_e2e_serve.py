@@ -158,3 +158,79 @@ def test_sigterm_exits_cleanly(serve_faults_demo):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=10) == 0
     assert "Traceback" not in proc.stderr.read()
+
+
+def serve_until(args: list[str], cwd, sim_seconds: float, timeout: float = 40.0) -> list[tuple[str, dict, float]]:
+    """Run `exporter serve` with ``args`` until its simulation reaches ``sim_seconds``; the last page."""
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "exporter", "serve", *args, "--listen", f"127.0.0.1:{port}"],
+                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    page = []
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                pytest.fail(f"exporter exited ({proc.returncode}): {proc.stderr.read()}")
+            try:
+                status, text = get(f"http://127.0.0.1:{port}/metrics")
+            except OSError:
+                time.sleep(0.2)
+                continue
+            page = samples(text) if status == 200 else []
+            if (value(page, "gpushare_simulation_time_seconds") or 0) >= sim_seconds:
+                return page
+            time.sleep(0.2)
+        pytest.fail("the simulation did not get far enough")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return page
+
+
+def pods_of(page, name="gpushare_process_memory_used_bytes"):
+    return {(labels["namespace"], labels["pod"], labels["container"]) for n, labels, _ in page
+            if n == name and labels["pod"]}
+
+
+EXPECTED_AT_7M = {("serving", "llm-7d9f8b6c4-x2k9p", "vllm"), ("batch", "embed-29047446-b9wzn", "embed"),
+                  ("research", "notebook-0", "jupyter"), ("video", "wan-render-a", "render"),
+                  ("video", "wan-render-a", "upscale"), ("video", "wan-render-b", "render"),
+                  ("vision", "detect-5f6g7c8d9-q2w3e", "detector"), ("kube-system", "gpu-burn-node-1", "burn")}
+
+
+def test_serve_a_shipped_scenario_by_name_shows_pod_labels(tmp_path):
+    """From a directory without the checkout, `--simulate k8s-shared-node` (a shipped scenario) serves
+    per-container process series with pod labels and per-pod series that add up to the GPUs'."""
+    page = serve_until(["--simulate", "k8s-shared-node", "--speed", "60", "--interval", "0.5"], tmp_path, 420)
+    assert pods_of(page) >= EXPECTED_AT_7M
+    assert all(labels["pid"] == "" for n, labels, _ in page
+               if n == "gpushare_process_memory_used_bytes" and labels["pod"])
+    used = {labels["uuid"]: v for n, labels, v in page if n == "gpushare_gpu_memory_used_bytes"}
+    for uuid in used:
+        rows = [v for n, labels, v in page if n == "gpushare_pod_memory_used_bytes" and labels["uuid"] == uuid
+                and labels["gi"] == ""]
+        mig = any(n == "gpushare_mig_info" and labels["uuid"] == uuid for n, labels, _ in page)
+        if rows and not mig:
+            assert sum(rows) == pytest.approx(used[uuid])
+    assert value(page, "gpushare_namespace_energy_joules_total", namespace="serving") > 0
+
+
+def test_serve_names_pods_through_a_real_api_server(tmp_path):
+    """The API-server client inside `serve`: pods named from a (fake) API server over HTTP, joined on the
+    cgroups of the simulated processes; the in-process scenario pods are not used."""
+    from exporter.sim.kube import FakeApiServer, pod_objects
+    from exporter.sim.scenario import load_scenario
+
+    api = FakeApiServer(pod_objects(load_scenario(SCENARIOS / "k8s-shared-node.yaml"))).start()
+    try:
+        page = serve_until(["--simulate", str(SCENARIOS / "k8s-shared-node.yaml"), "--speed", "60",
+                            "--interval", "0.5", "--kubernetes-api", api.url, "--pod-resources-socket", "off",
+                            "--node-name", "sim-node"], tmp_path, 420)
+    finally:
+        api.close()
+    assert pods_of(page) >= EXPECTED_AT_7M
+    assert any("watch=1" in r for r in api.requests) and any("watch" not in r for r in api.requests)

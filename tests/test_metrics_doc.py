@@ -24,7 +24,7 @@ from exporter.foresight import Foresight
 from exporter.poller import Poller
 from exporter.snapshot import Snapshot
 from foresight_scenarios import WAN_DURATION, Job, MiB, mig_snapshot, mps_gpu_snapshot, replay, wan_memory
-from snapshot_samples import rich_snapshot
+from snapshot_samples import rich_snapshot_with_pods
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
 ROW = re.compile(r"^\| `(gpushare_[a-z0-9_]+)` \| (\w+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \|$")
@@ -38,7 +38,7 @@ class RichBackend:
         pass
 
     def poll(self):
-        return rich_snapshot()
+        return rich_snapshot_with_pods()
 
     def close(self):
         pass

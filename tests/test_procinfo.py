@@ -158,3 +158,26 @@ def test_procfs_zombie_has_no_cmdline(tmp_path):
     (tmp_path / "7").mkdir()
     (tmp_path / "7" / "cmdline").write_bytes(b"")
     assert ProcFs(str(tmp_path)).cmdline(7) is None
+
+
+def test_unreadable_environ_is_said_once(tmp_path, monkeypatch, caplog):
+    """A permission error on other users' environ is one warning naming the fix, not silence."""
+    import builtins
+
+    from exporter.backend.procinfo import ProcFs
+
+    for pid in (11, 12):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "environ").write_bytes(b"A=1\0")
+    real_open = builtins.open
+
+    def denied(path, *args, **kwargs):
+        if str(path).endswith("environ"):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", denied)
+    procfs = ProcFs(str(tmp_path))
+    assert procfs.environ(11) is None and procfs.environ(12) is None
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "CAP_SYS_PTRACE" in warnings[0] and "environ" in warnings[0]

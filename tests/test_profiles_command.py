@@ -128,16 +128,30 @@ def test_missing_import_file(capsys, tmp_path):
     assert code == 2 and f"{tmp_path / 'nope.json'}: cannot read" in one_error_line(err)
 
 
-@pytest.mark.parametrize("action", ["export", "import"])
-def test_missing_state_dir(capsys, tmp_path, action, learned_dir):
-    """A --state-dir that does not exist is refused (not created) by both actions."""
+def test_export_refuses_a_missing_state_dir(capsys, tmp_path):
+    """Exporting from a --state-dir that does not exist is refused (not created)."""
     missing = tmp_path / "typo"
-    export_file = tmp_path / "profiles.json"
-    export_file.write_text(Foresight(state_dir=learned_dir).export_json())
-    argv = ["profiles", action, "--state-dir", missing] + ([export_file] if action == "import" else [])
-    code, _, err = run_main(capsys, *argv)
+    code, _, err = run_main(capsys, "profiles", "export", "--state-dir", missing)
     assert code == 2 and f"--state-dir {missing}: no such directory" in one_error_line(err)
     assert not missing.exists()
+
+
+def test_import_creates_the_state_dir_as_serve_does(capsys, tmp_path, learned_dir):
+    """Seeding a new node: importing into a --state-dir that does not exist yet creates it."""
+    new = tmp_path / "new" / "state"
+    export_file = tmp_path / "profiles.json"
+    export_file.write_text(Foresight(state_dir=learned_dir).export_json())
+    code, out, _ = run_main(capsys, "profiles", "import", "--state-dir", new, export_file)
+    assert code == 0 and "imported" in out and new.is_dir()
+    code, out, _ = run_main(capsys, "profiles", "export", "--state-dir", new)
+    assert code == 0 and json.loads(out)
+
+
+def test_export_to_dash_writes_stdout(capsys, tmp_path, learned_dir, monkeypatch):
+    """-o - means stdout, not a file named '-'."""
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run_main(capsys, "profiles", "export", "--state-dir", learned_dir, "-o", "-")
+    assert code == 0 and json.loads(out) and not (tmp_path / "-").exists()
 
 
 def test_export_of_a_dir_without_profiles(capsys, tmp_path):

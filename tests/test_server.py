@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import re
 
 import aiohttp
 import pytest
@@ -223,3 +224,22 @@ async def test_negotiation_helpers():
     assert wants_gzip("br;q=1.0, gzip;q=0.8")
     assert not wants_gzip("gzip;q=0")
     assert not wants_gzip("*")
+
+
+async def test_landing_page_says_it_simulates_and_links_the_docs_it_serves(served):
+    """A simulated exporter says so on its landing page; each doc reference is a link that answers."""
+    poller, server, session, _ = served
+    poller.backend.snapshot = rich_snapshot()  # has a simulation section
+    poller.poll_once()
+    _, _, body = await get(session, server.url)
+    page = body.decode()
+    assert "Simulated GPUs" in page and "no real GPU is read" in page
+    links = re.findall(r'href="(/docs/[^"]+)"', page)
+    assert "/docs/metrics.md" in links and "/docs/kubernetes.md" in links
+    for link in links:
+        status, headers, doc = await get(session, server.url + link.lstrip("/"))
+        assert status == 200 and headers["Content-Type"].startswith("text/markdown") and doc.startswith(b"# ")
+    poller.backend.snapshot = rich_snapshot(simulated=False)
+    poller.poll_once()
+    _, _, body = await get(session, server.url)
+    assert "Simulated" not in body.decode()

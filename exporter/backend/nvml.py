@@ -402,10 +402,19 @@ class NvmlBackend:
             section_ok={s: s not in failed for s in SECTIONS},
             sources=_NVML_SOURCES,
             backend_reason=self.reason,
+            pod_devices=self._pod_devices(gpus),
         )
         if self._rediscover_due():
             self._rediscover()
         return snapshot
+
+    def _pod_devices(self, gpus: list[GpuInfo]):
+        """Kubelet device allocations on these GPUs; a failing resolver costs them, not the poll."""
+        try:
+            return self.identifier.pod_devices(gpus)
+        except Exception as exc:  # noqa: BLE001 - attribution is optional; the GPUs are not
+            log.warning("pod device allocations unavailable this poll: %s", exc)
+            return ()
 
     @property
     def calls_last_poll(self) -> int:
@@ -425,6 +434,9 @@ class NvmlBackend:
         if self._initialized:
             self._initialized = False
             self._shutdown()
+        close_pods = getattr(self.identifier.pods, "close", None)
+        if close_pods is not None:  # background watchers of the pod sources
+            close_pods()
 
     def _shutdown(self) -> None:
         try:

@@ -7,16 +7,21 @@ Decisions:
 - The MPS list is asked only on a device where an nvidia-cuda-mps-server process holds a
   context: MPS clients cannot exist without one, and this saves a call per device per poll.
 - Process names come from nvmlSystemGetProcessName (basename), else /proc/<pid>/comm; name,
-  command line and environment are cached per pid while the pid stays on the device.
+  command line and environment are cached per pid while the pid stays on the device. The
+  identity is asked again while a process has no (complete) pod and the pod resolver's
+  ``generation`` moved: a pod may become known after its process was first seen.
+- Each process gets a replica slot per (device, workload), see exporter.backend.replicas.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
 from exporter.backend.nvml_types import NA, DeviceTag, PollContext, ok
 from exporter.backend.procinfo import DeviceRef, ProcFs, mps_memory_limit, mps_thread_ratio, select_environ
+from exporter.backend.replicas import ReplicaSlots
 from exporter.identity import Identifier, ProcessIdentity
 from exporter.redact import redact_cmdline
 from exporter.snapshot import MpsServer, ProcessInfo
@@ -47,6 +52,7 @@ class _Meta:
     environ: dict  # the variables the exporter uses only (procinfo.ENV_VARS)
     start_time: float | None = None  # Unix seconds, from /proc/<pid>/stat
     identity: ProcessIdentity = ProcessIdentity("")
+    generation: object = None  # the pod resolver's generation when identity was resolved
 
 
 class ProcessReader:
@@ -58,15 +64,20 @@ class ProcessReader:
         self.identifier = identifier or Identifier()
         self._meta: dict[int, _Meta] = {}
         self._seen: set[int] = set()
+        self._generation = None
+        self.replicas = ReplicaSlots()
         self.last_seen_us = 0  # newest per-process utilization sample timestamp consumed
 
     def begin_poll(self) -> None:
         self._seen = set()
+        self._generation = self.identifier.generation()
+        self.replicas.begin_poll()
 
     def end_poll(self) -> None:
         """Forget metadata of pids no longer on the GPU (a reused pid is re-read)."""
         for pid in [p for p in self._meta if p not in self._seen]:
             del self._meta[pid]
+        self.replicas.end_poll()
 
     def read(self, ctx: PollContext, handle, dev: DeviceRef, *, on_mig: bool, tag: DeviceTag | None = None):
         """(processes, mps servers) on the device behind ``handle`` (a GPU or a MIG instance)."""
@@ -81,6 +92,7 @@ class ProcessReader:
                     entries[p.pid] = p
                     metas[p.pid] = self._lookup(ctx, p.pid)
         util = {} if on_mig or not entries else self._utilization(ctx, handle, tag)
+        replicas = self.replicas.assign(dev.gi, {pid: meta.identity.workload for pid, meta in metas.items()})
         processes = []
         for pid, entry in sorted(entries.items()):
             meta = metas[pid]
@@ -97,7 +109,8 @@ class ProcessReader:
                 mps_active_thread_ratio=mps_thread_ratio(env) if client else None,
                 environ=env, start_time=meta.start_time, workload=meta.identity.workload,
                 namespace=pod.namespace if pod else "", pod=pod.pod if pod else "",
-                container=pod.container if pod else ""))
+                container=pod.container if pod else "",
+                replica=replicas[pid]))
         servers = [MpsServer(pid=pid, gi=dev.gi) for pid in sorted(server_pids)]
         return processes, servers
 
@@ -115,6 +128,13 @@ class ProcessReader:
         self._seen.add(pid)
         meta = self._meta.get(pid)
         if meta is not None:
+            pod = meta.identity.pod
+            if (pod is None or not pod.container) and meta.generation != self._generation:
+                # Not (fully) placed yet, and the pod sources learned something since: the
+                # watch may have delivered this process's pod after we first saw the pid.
+                meta = dataclasses.replace(meta, generation=self._generation, identity=self.identifier.identify(
+                    pid, meta.name, meta.cmdline, meta.environ))
+                self._meta[pid] = meta
             return meta
         name = ""
         nvml_name = ctx.get("process", "nvmlSystemGetProcessName", pid, expect=("NotFound",))
@@ -125,7 +145,7 @@ class ProcessReader:
         cmdline = redact_cmdline(self.procfs.cmdline(pid) or "")  # secrets never enter the snapshot
         environ = select_environ(self.procfs.environ(pid))
         meta = _Meta(name=name, cmdline=cmdline, environ=environ, start_time=self.procfs.start_time(pid),
-                     identity=self.identifier.identify(pid, name, cmdline, environ))
+                     identity=self.identifier.identify(pid, name, cmdline, environ), generation=self._generation)
         if name:  # an unknown name is retried next poll (the process may be gone by then)
             self._meta[pid] = meta
         return meta

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 ENV_VARS = frozenset({
     "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_VISIBLE_DEVICES",
     "NVIDIA_VISIBLE_DEVICES", "GPUSHARE_WORKLOAD", "POD_NAME", "POD_NAMESPACE", "CONTAINER_NAME",
+    "HOSTNAME",  # the pod name a container runtime gives; names pods when only the kubelet is reachable
 })
 _ENV_KEYS = frozenset(name.encode() for name in ENV_VARS)
 
@@ -34,18 +35,32 @@ _MAX_READ = 1 << 20  # environ/cmdline beyond 1 MiB is not worth holding in memo
 
 
 class ProcFs:
-    """Reads /proc/<pid>/{comm,cmdline,environ} under ``root`` (a fake tree in simulation)."""
+    """Reads /proc/<pid>/{comm,cmdline,environ,cgroup,stat} under ``root`` (a fake tree in simulation)."""
 
     def __init__(self, root: str = "/proc"):
         self.root = root
         self._btime: float | None = None
+        self._warned_denied = False
 
     def _read(self, pid: int, name: str) -> bytes | None:
         try:
             with open(os.path.join(self.root, str(pid), name), "rb") as f:
                 return f.read(_MAX_READ)
-        except OSError:  # gone, no permission, not a directory: all mean "unknown"
+        except PermissionError:
+            self._denied(pid, name)
             return None
+        except OSError:  # gone, not a directory: "unknown"
+            return None
+
+    def _denied(self, pid: int, name: str) -> None:
+        """Say once, plainly, what an unreadable <pid>/environ costs and how to grant it."""
+        if name != "environ" or self._warned_denied:
+            return
+        self._warned_denied = True
+        log.warning("cannot read %s (permission denied, running as uid %d): MPS client limits and workload "
+                    "names from the environment of other users' processes will be missing; run as root with "
+                    "CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (docs/kubernetes.md#privileges)",
+                    os.path.join(self.root, str(pid), name), os.geteuid())
 
     def boot_time(self) -> float | None:
         """Unix time the host booted (``btime`` in <root>/stat), read once; None if unreadable."""
@@ -85,6 +100,11 @@ class ProcFs:
             return None
         args = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
         return " ".join(args) or None
+
+    def cgroup(self, pid: int) -> str | None:
+        """Contents of <pid>/cgroup (readable by anyone), or None when the process is gone."""
+        raw = self._read(pid, "cgroup")
+        return None if raw is None else raw.decode("utf-8", "replace")
 
     def environ(self, pid: int) -> dict[str, str] | None:
         """The variables of ENV_VARS in the process's initial environment; None when unreadable.

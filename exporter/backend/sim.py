@@ -17,6 +17,7 @@ from typing import Callable
 
 from exporter.backend.choose import DcgmOptions, open_backend, open_nvml
 from exporter.backend.nvml import NvmlBackend
+from exporter.backend.procinfo import ProcFs
 from exporter.errors import UserError
 from exporter.identity import Identifier
 from exporter.sim import Simulation, fakedcgm
@@ -41,7 +42,9 @@ class SimBackend:
     def __init__(self, scenario: str | os.PathLike | Scenario, speed: float = 1.0,
                  clock: Callable[[], float] | None = None, procfs_dir: str | None = None,
                  gpu_timeout: float = 5.0, identifier: Identifier | None = None,
-                 backend: str = "nvml", dcgm: DcgmOptions | None = None):
+                 backend: str = "nvml", dcgm: DcgmOptions | None = None, pod_resolver: Callable | None = None):
+        """``pod_resolver(procfs, simulation)`` builds the pod resolver once the fake /proc exists;
+        by default the scenario's pods are read in-process (exporter.k8s.setup.simulated_resolver)."""
         self.scenario = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         if not speed > 0:
             raise UserError(f"speed: must be greater than 0, got {speed}")
@@ -50,6 +53,7 @@ class SimBackend:
         self._procfs_dir = procfs_dir
         self._gpu_timeout = gpu_timeout
         self._identifier = identifier
+        self._pod_resolver = pod_resolver
         self._manual: float | None = None
         self._started = 0.0
         self._time = 0.0
@@ -83,10 +87,11 @@ class SimBackend:
         self.sim.advance_to(start)  # NVML starts at that instant (an init failure then counts)
         self.sim.install()
         sim = self.sim
-        self.nvml = NvmlBackend(procfs_root=sim.procfs_root, gpu_timeout=self._gpu_timeout,
-                                identifier=self._identifier,
-                                gpus_on_bus=lambda: len(sim.engine.lifecycle.present_gpus(sim.time)))
         try:
+            identifier = self._with_pods(self._identifier or Identifier())
+            self.nvml = NvmlBackend(procfs_root=sim.procfs_root, gpu_timeout=self._gpu_timeout,
+                                    identifier=identifier,
+                                    gpus_on_bus=lambda: len(sim.engine.lifecycle.present_gpus(sim.time)))
             self.inner = self._open_inner()
         except BaseException:
             self._uninstall_dcgm()
@@ -113,6 +118,16 @@ class SimBackend:
         if self.dcgm_lib is not None:
             fakedcgm.uninstall(self.dcgm_lib)
             self.dcgm_lib = None
+
+    def _with_pods(self, identifier: Identifier) -> Identifier:
+        """``identifier`` with the simulated node's pod resolver, unless it already has one."""
+        if identifier.pods is not None:
+            return identifier
+        build = self._pod_resolver
+        if build is None:
+            from exporter.k8s.setup import simulated_resolver as build
+        resolver = build(ProcFs(self.sim.procfs_root), self.sim)
+        return identifier if resolver is None else Identifier(identifier.rules, pods=resolver)
 
     def step_to(self, t: float) -> None:
         """Use a manual clock from now on, set to ``t`` virtual seconds (read by the next poll)."""

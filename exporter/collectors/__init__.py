@@ -11,21 +11,25 @@ from exporter.collectors.base import SnapshotSource
 from exporter.collectors.exporter_self import ExporterCollector, PollStats
 from exporter.collectors.gpu import GpuCollector
 from exporter.collectors.guard import Collector, GuardedCollectors
+from exporter.collectors.instances import POD
 from exporter.collectors.mig import MigCollector
 from exporter.collectors.mps import MpsCollector
+from exporter.collectors.pods import PodCollector
 from exporter.collectors.process import ProcessCollector
 from exporter.collectors.simulation import SimulationCollector
 
 __all__ = ["Collector", "GuardedCollectors", "PollStats", "default_collectors"]
 
 
-def default_collectors(snapshot: SnapshotSource, stats: Callable[[], PollStats]) -> list[Collector]:
+def default_collectors(snapshot: SnapshotSource, stats: Callable[[], PollStats],
+                       process_series: str = POD) -> list[Collector]:
     """Every collector, in the order their families appear on /metrics."""
     return [
         GpuCollector(snapshot),
         MigCollector(snapshot),
-        ProcessCollector(snapshot),
-        MpsCollector(snapshot),
+        ProcessCollector(snapshot, process_series),
+        MpsCollector(snapshot, process_series),
+        PodCollector(snapshot),
         SimulationCollector(snapshot),
         ExporterCollector(stats, snapshot),
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.base import Families, Spec, gi_label, gpu_labels
+from exporter.collectors.instances import POD, group, known_total, with_mode_labels
 from exporter.collectors.process import PROCESS
 from exporter.foresight.result import DeviceRow
 from exporter.foresight.state import Foresight
@@ -85,8 +86,11 @@ class ForecastCollector:
 
     name = "forecast"
 
-    def __init__(self, foresight: Foresight) -> None:
+    def __init__(self, foresight: Foresight, process_series: str = POD) -> None:
         self.foresight = foresight
+        self.mode = process_series
+        self._peak = with_mode_labels(EXPECTED_PEAK, process_series)
+        self._at_contention = with_mode_labels(AT_CONTENTION, process_series)
 
     def section_ok(self) -> bool:
         """False when the last Foresight.observe() failed (the previous forecast is still served)."""
@@ -96,11 +100,19 @@ class ForecastCollector:
         """Families for the latest forecast."""
         result = self.foresight.result()
         out = Families()
+        by_gpu: dict[tuple[int, str], list] = {}
         for row in result.processes:
-            labels = gpu_labels(row.gpu, row.uuid) + (gi_label(row.gi), str(row.pid), row.process, row.sharing,
-                                                      row.workload, row.namespace, row.pod, row.container)
-            out.add(EXPECTED_PEAK, labels, row.expected_peak_bytes)
-            out.add(AT_CONTENTION, labels, row.at_contention_bytes)
+            by_gpu.setdefault((row.gpu, row.uuid), []).append(row)
+        for (index, uuid), rows in by_gpu.items():
+            # The same series as gpushare_process_memory_used_bytes: peaks of a container (or
+            # replica slot) add up like its memory does.
+            for labels, members in group(rows, gpu_labels(index, uuid), _row_fields, self.mode):
+                if len(members) == 1:
+                    out.add(self._peak, labels, members[0].expected_peak_bytes)
+                    out.add(self._at_contention, labels, members[0].at_contention_bytes)
+                    continue
+                out.add(self._peak, labels, known_total([r.expected_peak_bytes for r in members]))
+                out.add(self._at_contention, labels, known_total([r.at_contention_bytes for r in members]))
         for device in result.devices:
             _add_device(out, device)
         for label, profile in result.profiles:
@@ -111,6 +123,11 @@ class ForecastCollector:
         out.add(PROFILES_STORED, (), result.profiles_stored)
         out.add(STORE_OK, (), None if result.store_ok is None else int(result.store_ok))
         return list(out)
+
+
+def _row_fields(row):
+    return (gi_label(row.gi), str(row.pid), row.process, row.sharing, row.workload, row.namespace, row.pod,
+            row.container, row.replica)
 
 
 def _add_device(out: Families, device: DeviceRow) -> None:

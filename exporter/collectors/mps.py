@@ -13,7 +13,8 @@ from typing import Iterable
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.base import Families, SnapshotCollector, Spec, gi_label, gpu_labels
-from exporter.collectors.process import PROCESS, process_labels
+from exporter.collectors.instances import POD, total, with_mode_labels
+from exporter.collectors.process import PROCESS, process_series
 from exporter.snapshot import Snapshot
 
 DEVICE = ("gpu", "uuid", "gi")
@@ -47,6 +48,12 @@ class MpsCollector(SnapshotCollector):
     name = "mps"
     section = "mps"
 
+    def __init__(self, source, mode: str = POD) -> None:
+        super().__init__(source)
+        self.mode = mode
+        self._limit = with_mode_labels(CLIENT_MEMORY_LIMIT, mode)
+        self._threads = with_mode_labels(CLIENT_ACTIVE_THREADS, mode)
+
     def families(self, snapshot: Snapshot) -> Iterable[Metric]:
         out = Families()
         # A client list that failed this poll gives no count at all (not 0, not a partial count);
@@ -63,8 +70,14 @@ class MpsCollector(SnapshotCollector):
                 per_device.setdefault(gi_label(server.gi), 0)
             for gi in sorted(per_device):
                 out.add(CLIENTS, ids + (gi,), per_device[gi] if counts_known else None)
-            for proc in sorted(clients, key=lambda p: (gi_label(p.gi), p.pid)):
-                labels = process_labels(gpu, proc)
-                out.add(CLIENT_MEMORY_LIMIT, labels, proc.mps_memory_limit_bytes)
-                out.add(CLIENT_ACTIVE_THREADS, labels, proc.mps_active_thread_ratio)
+            for labels, members in process_series(gpu, clients, self.mode):
+                # A container's clients together may pin the sum of their limits and use the
+                # sum of their SM shares (at most all of them); unknown if any is unlimited.
+                if len(members) == 1:
+                    out.add(self._limit, labels, members[0].mps_memory_limit_bytes)
+                    out.add(self._threads, labels, members[0].mps_active_thread_ratio)
+                    continue
+                out.add(self._limit, labels, total([p.mps_memory_limit_bytes for p in members]))
+                threads = total([p.mps_active_thread_ratio for p in members])
+                out.add(self._threads, labels, None if threads is None else min(1.0, threads))
         return out

@@ -4,17 +4,19 @@ Labels stay bounded: the executable basename goes in ``process``, never the comm
 line or environment (those are free text and would explode the series count). ``workload``
 is the workload key cut to at most 48 characters (exporter.foresight.workload.workload_label);
 ``namespace``, ``pod`` and ``container`` name the process's Kubernetes container ("" outside
-Kubernetes). They add no series: each process already has its own through ``pid``.
+Kubernetes). What one series stands for (a pid, a container, a workload replica) is the
+``--process-series`` mode, see exporter.collectors.instances.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Iterable
+from typing import Callable, Iterable
 
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.base import Families, SnapshotCollector, Spec, gi_label, gpu_labels
+from exporter.collectors.instances import POD, Fields, group, known_total, share_total, total, with_mode_labels
 from exporter.foresight.workload import workload_label
 from exporter.snapshot import GpuInfo, ProcessInfo, Snapshot
 
@@ -60,6 +62,21 @@ def identity_labels(proc: ProcessInfo) -> tuple[str, str, str, str]:
     return (cached_workload_label(proc.workload) if proc.workload else "", proc.namespace, proc.pod, proc.container)
 
 
+def process_fields(gpu: GpuInfo) -> "Callable[[ProcessInfo], Fields]":
+    """The series-key fields of a process of ``gpu`` (see exporter.collectors.instances.group)."""
+    def fields(proc: ProcessInfo) -> Fields:
+        return (gi_label(proc.gi), str(proc.pid), proc.name, process_sharing(gpu, proc)) + identity_labels(proc) + (
+            proc.replica,)
+
+    return fields
+
+
+def process_series(gpu: GpuInfo, processes: Iterable[ProcessInfo], mode: str) -> list:
+    """(label values, member processes) of each per-process series of ``gpu`` in ``mode``."""
+    ordered = sorted(processes, key=lambda p: (p.gi is not None, p.gi or 0, p.pid))
+    return group(ordered, gpu_labels(gpu.index, gpu.uuid), process_fields(gpu), mode)
+
+
 def process_labels(gpu: GpuInfo, proc: ProcessInfo) -> tuple[str, ...]:
     """Label values shared by every per-process series (process and MPS collectors)."""
     return gpu_labels(gpu.index, gpu.uuid) + (
@@ -76,13 +93,21 @@ class ProcessCollector(SnapshotCollector):
     name = "process"
     section = "process"
 
+    def __init__(self, source, mode: str = POD) -> None:
+        super().__init__(source)
+        self.mode = mode
+        self._memory, self._sm = with_mode_labels(MEMORY_USED, mode), with_mode_labels(SM_UTILIZATION, mode)
+
     def families(self, snapshot: Snapshot) -> Iterable[Metric]:
         out = Families()
         for gpu in snapshot.gpus:
             if not gpu.up:
                 continue
-            for proc in sorted(gpu.processes, key=lambda p: (p.gi is not None, p.gi or 0, p.pid)):
-                labels = process_labels(gpu, proc)
-                out.add(MEMORY_USED, labels, proc.used_memory_bytes)
-                out.add(SM_UTILIZATION, labels, proc.sm_utilization_ratio)
+            for labels, members in process_series(gpu, gpu.processes, self.mode):
+                if len(members) == 1:  # the common case, and every series in pid mode
+                    out.add(self._memory, labels, members[0].used_memory_bytes)
+                    out.add(self._sm, labels, members[0].sm_utilization_ratio)
+                    continue
+                out.add(self._memory, labels, total([p.used_memory_bytes for p in members]))
+                out.add(self._sm, labels, share_total([p.sm_utilization_ratio for p in members]))
         return out

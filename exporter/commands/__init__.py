@@ -15,18 +15,20 @@ from exporter.config import DEFAULT_PORT, Settings, flag_type, load_settings
 from exporter.errors import NoGpuError, UserError
 from exporter.identity import Identifier
 from exporter.poller import Backend
+from exporter.shipped import resolve_scenario
 
 log = logging.getLogger(__name__)
 
-# A scenario shipped in examples/: what to try on a machine without a GPU.
-EXAMPLE_SCENARIO = "examples/scenarios/wan22-h100-mps-together.yaml"
+# A scenario shipped in the package (exporter.shipped): what to try on a machine without a GPU.
+EXAMPLE_SCENARIO = "wan22-h100-mps-together"
 
 _FLAG_HELP: dict[str, tuple[str, str]] = {
     "listen": ("HOST:PORT", f"address to serve HTTP on; ':PORT' = every interface (default :{DEFAULT_PORT})"),
     "interval": ("SECONDS", "time between polls of the GPUs (default 1)"),
     "backend": ("{auto,nvml,dcgm}", "how to read the GPUs: dcgm adds pipe activity on every GPU and MIG instance; "
                 "auto = dcgm when DCGM's bindings load and a host engine answers, else nvml (default auto)"),
-    "simulate": ("FILE", "read simulated GPUs described by this scenario file instead of the driver"),
+    "simulate": ("SCENARIO", "read simulated GPUs from this scenario file, or a shipped scenario by name "
+                 "(e.g. wan22-h100-mps-together), instead of the driver"),
     "speed": ("X", "simulated seconds per real second with --simulate (default 1)"),
     "log_level": ("{debug,info,warning,error}", "log verbosity (default info)"),
     "log_format": ("{text,json}", "log lines as plain text or JSON objects (default text)"),
@@ -41,6 +43,13 @@ _FLAG_HELP: dict[str, tuple[str, str]] = {
     "web_max_connections": ("N", "most HTTP connections open at once (default 256)"),
     "web_read_timeout": ("SECONDS", "time a client has to finish sending a request or a TLS handshake (default 10)"),
     "web_idle_timeout": ("SECONDS", "close keep-alive connections idle this long (default 120)"),
+    "process_series": ("{pid,pod,workload}", "per-process series: one per pid, per pod container (non-Kubernetes "
+                       "processes: per pid), or per workload replica slot (default pod)"),
+    "kubernetes_api": ("{auto,off,URL}", "name pods from this API server (auto: the in-cluster one when running "
+                       "in a pod; needs --node-name or $NODE_NAME)"),
+    "pod_resources_socket": ("{auto,off,PATH}", "the kubelet's pod-resources socket, for pods and their GPU/MIG "
+                             "devices (auto: /var/lib/kubelet/pod-resources/kubelet.sock when present)"),
+    "node_name": ("NAME", "the Kubernetes node this exporter runs on (default $NODE_NAME)"),
 }
 # Flags spelled as Prometheus and its exporters spell them; the config key stays key_with_underscores.
 _FLAG_NAMES = {
@@ -71,6 +80,17 @@ def add_setting_flags(parser: argparse.ArgumentParser, keys: Iterable[str]) -> N
             metavar=metavar,
             help=text,
         )
+
+
+def explicit_settings(args: argparse.Namespace) -> set[str]:
+    """Settings the user gave (flags or the config file), as opposed to built-in defaults."""
+    given = {key for key in _FLAG_HELP if hasattr(args, key)}
+    config = getattr(args, "config", None)
+    if config is not None:
+        from exporter.config import read_config_file
+
+        given |= set(read_config_file(config))
+    return given
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -112,17 +132,34 @@ def make_backend(settings: Settings) -> Backend:
 
     redact.configure(settings.redact_patterns)  # before the backend reads a command line
     if settings.simulate is not None:
-        if not os.path.isfile(settings.simulate):
-            raise UserError(f"--simulate {settings.simulate}: no such file")
         from exporter.backend.sim import SimBackend
 
-        return SimBackend(settings.simulate, speed=settings.speed, gpu_timeout=settings.gpu_timeout,
-                          identifier=Identifier(settings.workload_rules), backend=settings.backend, dcgm=options)
+        return SimBackend(resolve_scenario(settings.simulate), speed=settings.speed, gpu_timeout=settings.gpu_timeout,
+                          identifier=Identifier(settings.workload_rules), backend=settings.backend, dcgm=options,
+                          pod_resolver=_simulated_pods(settings))
     if not os.path.isdir(settings.procfs):
         raise UserError(f"procfs {settings.procfs}: not a directory")
     from exporter.backend.choose import ChosenBackend
     from exporter.backend.nvml import NvmlBackend
+    from exporter.backend.procinfo import ProcFs
+    from exporter.k8s.setup import build_resolver
 
+    pods = build_resolver(ProcFs(settings.procfs), settings.kubernetes_api, settings.pod_resources_socket,
+                          settings.node_name)
     nvml = NvmlBackend(procfs_root=settings.procfs, gpu_timeout=settings.gpu_timeout,
-                       identifier=Identifier(settings.workload_rules))
+                       identifier=Identifier(settings.workload_rules, pods=pods))
     return ChosenBackend(settings.backend, nvml, options)
+
+
+def _simulated_pods(settings: Settings):
+    """Pod sources of a simulated node: the scenario's, unless the settings name real ones."""
+    named = [v for v in (settings.kubernetes_api, settings.pod_resources_socket) if v not in ("auto", "off")]
+    if not named:
+        if settings.kubernetes_api == "off" and settings.pod_resources_socket == "off":
+            return lambda procfs, simulation: None
+        return None  # SimBackend's default: the scenario's pods, in-process
+    from exporter.k8s.setup import build_resolver
+
+    api = settings.kubernetes_api if settings.kubernetes_api != "auto" else "off"
+    socket = settings.pod_resources_socket if settings.pod_resources_socket != "auto" else "off"
+    return lambda procfs, simulation: build_resolver(procfs, api, socket, settings.node_name)

@@ -26,14 +26,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "export", help="print the profiles of a state directory as JSON",
         description="Print every profile learned in --state-dir as a JSON export document.")
     export.add_argument("--state-dir", required=True, metavar="DIR", help="the exporter's --state-dir")
-    export.add_argument("-o", "--output", metavar="FILE", help="write the JSON to FILE instead of stdout")
+    export.add_argument("-o", "--output", metavar="FILE", help="write the JSON to FILE instead of stdout ('-' = stdout)")
     export.set_defaults(_action=_export)
     imp = actions.add_parser(
         "import", help="merge a JSON export into a state directory",
         description="Merge the profiles of FILE (from 'exporter profiles export'; '-' = stdin) into "
                     "--state-dir. Per workload the more recently updated profile wins. A running exporter "
                     "reads its state directory only at start: restart it to use the imported profiles.")
-    imp.add_argument("--state-dir", required=True, metavar="DIR", help="the exporter's --state-dir (must exist)")
+    imp.add_argument("--state-dir", required=True, metavar="DIR",
+                     help="the exporter's --state-dir (created if missing, as serve does)")
     imp.add_argument("file", metavar="FILE", help="JSON export document, or - for stdin")
     imp.set_defaults(_action=_import)
 
@@ -47,7 +48,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _open(state_dir: str, need_store: bool) -> Foresight:
-    """A Foresight over the state directory; UserError when it or (if needed) its store is missing."""
+    """A Foresight over the state directory; UserError when it or (if needed) its store is missing.
+
+    Without ``need_store`` (import) a missing directory is created, as ``serve --state-dir`` does:
+    seeding a new node's state before its exporter first starts is the point of importing.
+    """
+    if not need_store and not os.path.exists(state_dir):
+        try:
+            os.makedirs(state_dir)
+        except OSError as exc:
+            raise UserError(f"--state-dir {state_dir}: cannot create: {exc.strerror or exc}") from None
     if not os.path.isdir(state_dir):
         raise UserError(f"--state-dir {state_dir}: no such directory")
     if need_store and not os.path.isfile(os.path.join(state_dir, DB_NAME)):
@@ -71,7 +81,7 @@ def _export(args: argparse.Namespace) -> int:
         count = len(foresight.profiles)
     finally:
         foresight.store.close()
-    if args.output is None:
+    if args.output in (None, "-"):
         sys.stdout.write(document)
         return 0
     try:

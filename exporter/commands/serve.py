@@ -23,7 +23,8 @@ from exporter.web.live import LiveWebConfig, describe
 HELP = "poll the GPUs and serve Prometheus metrics over HTTP"
 SETTINGS = ("listen", "interval", "backend", "simulate", "speed", "log_level", "log_format", "procfs", "gpu_timeout",
             "state_dir", "dcgm_address", "dcgm_bindings", "web_config_file", "web_max_connections",
-            "web_read_timeout", "web_idle_timeout")
+            "web_read_timeout", "web_idle_timeout", "process_series", "kubernetes_api", "pod_resources_socket",
+            "node_name")
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
                         idle_timeout=settings.web_idle_timeout)
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_SECONDS)
     foresight = Foresight(state_dir=settings.state_dir, rules=settings.workload_rules)
-    poller = make_poller(commands.make_backend(settings), settings.interval, foresight,
+    poller = make_poller(commands.make_backend(settings), settings.interval, foresight, settings.process_series,
                          gpu_timeout=settings.gpu_timeout, http_stats=http_stats)
     try:
         asyncio.run(_serve(poller, host, port, settings.listen, web_config, limits))
@@ -59,18 +60,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def make_poller(backend, interval: float, foresight: Foresight, gpu_timeout: float = 0.0,
-                http_stats: HttpStats | None = None) -> Poller:
+def make_poller(backend, interval: float, foresight: Foresight, process_series: str = "pod", *,
+                gpu_timeout: float = 0.0, http_stats: HttpStats | None = None) -> Poller:
     """The poller serve runs: snapshot collectors, the forecasts ``foresight`` learns from each
-    poll, the HTTP self-metrics, and the log of what changed between polls.
+    poll, the HTTP self-metrics, and the log of what changed between polls. ``process_series``
+    is what one per-process series stands for (exporter.collectors.instances).
 
     /health allows STALE_AFTER_INTERVALS intervals plus ``gpu_timeout`` since the last good
     poll: the poll in which a GPU hangs lasts up to an interval plus the timeout, so a single
     hung GPU never flaps /health (docs/configuration.md).
     """
-    extra = [ForecastCollector(foresight)] + ([HttpCollector(http_stats)] if http_stats is not None else [])
+    extra = ([ForecastCollector(foresight, process_series)]
+             + ([HttpCollector(http_stats)] if http_stats is not None else []))
     return Poller(backend, interval, extra_collectors=extra, observers=[TransitionLog().observe, foresight.observe],
-                  stale_after=STALE_AFTER_INTERVALS * interval + gpu_timeout)
+                  stale_after=STALE_AFTER_INTERVALS * interval + gpu_timeout, process_series=process_series)
 
 
 async def _serve(poller: Poller, host: str, port: int, listen: str, web_config: LiveWebConfig | None = None,

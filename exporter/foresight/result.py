@@ -26,6 +26,7 @@ class ProcessRow:
     namespace: str = ""  # the process's pod, "" outside Kubernetes (see exporter.identity)
     pod: str = ""
     container: str = ""
+    replica: int | None = None  # ProcessInfo.replica (series key in --process-series workload)
 
 
 @dataclass(frozen=True)

@@ -210,7 +210,7 @@ class Foresight:
                        None if proc.used_memory_bytes is None and state.profile is None
                        else expected_peak(state.used_bytes, state.profile),
                        forecast.at_contention_bytes.get(proc.pid) if contended else None,
-                       proc.namespace, proc.pod, proc.container)
+                       proc.namespace, proc.pod, proc.container, proc.replica)
             for proc, state, key in zip(domain.processes, states, keys)
         ]
         return device, rows

@@ -2,7 +2,7 @@
 
 A workload key is derived per process, first match wins:
 
-1. the configured rule list (``foresight.workload_rules`` in the config), in order;
+1. the configured rule list (``workload_rules`` in the config file), in order;
 2. an explicit ``GPUSHARE_WORKLOAD`` environment variable;
 3. Kubernetes identity from downward-API variables (``POD_NAMESPACE``, ``POD_NAME``,
    optional ``CONTAINER_NAME``): ``k8s:<namespace>/<owner>/<container>`` where the owner

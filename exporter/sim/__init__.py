@@ -27,6 +27,7 @@ import pynvml
 from exporter.errors import UserError
 from exporter.sim.engine import Engine
 from exporter.sim.fakelib import FakeNvmlLib, call_matches, error_code
+from exporter.sim.kube import HOST_CGROUP, process_cgroups
 from exporter.sim.model import Scenario
 from exporter.sim.procfs import DEFAULT_HOST_MEMORY, FakeProcfs, ProcEntry
 from exporter.sim.state import OomEvent
@@ -59,6 +60,7 @@ class Simulation:
         # The simulated host's clock: virtual time t is Unix time boot_time + t. boot_time is
         # a whole second (it is /proc/stat's btime) chosen so that ``start_at`` is now.
         self.boot_time = float(int(time.time() - start_at))
+        self._cgroups = process_cgroups(scenario)
         self._procfs = FakeProcfs(procfs_dir, boot_time=self.boot_time)
         self.procfs_root: str = self._procfs.root
         self._saved_lib = None
@@ -153,7 +155,8 @@ class Simulation:
         hidden = [f for f in self.engine.faults if f.hides_procfs(now)]
         self._procfs.sync([
             ProcEntry(p.pid, p.name, p.cmdline, dict(p.env), p.start, p.uid,
-                      p.host_memory if p.host_memory is not None else DEFAULT_HOST_MEMORY)
+                      p.host_memory if p.host_memory is not None else DEFAULT_HOST_MEMORY,
+                      cgroup=self._cgroups.get((p.pid, p.start), HOST_CGROUP))
             for p in self.engine.alive(now)
             if not any(f.gpu is None or f.gpu == p.gpu for f in hidden)
         ])

@@ -71,6 +71,29 @@ class GpuSpec:
 
 
 @dataclass(frozen=True)
+class PodSpec:
+    """The Kubernetes container a simulated process runs in (see exporter.sim.scenario_pods)."""
+
+    namespace: str
+    name: str
+    container: str
+    uid: str  # dashed UUID, or 32 hex characters for a static pod
+    runtime: str  # containerd | cri-o | docker
+    cgroup_driver: str  # systemd | cgroupfs
+    cgroup_version: int  # 1 | 2
+    qos: str  # guaranteed | burstable | besteffort
+    resource: str | None = None  # extended resource; None = nvidia.com/gpu or nvidia.com/mig-<profile>
+    node: str = "sim-node"
+
+    @property
+    def container_id(self) -> str:
+        """64 hex characters, stable for (uid, container), as a runtime would assign."""
+        import hashlib
+
+        return hashlib.sha256(f"{self.uid}/{self.container}".encode()).hexdigest()
+
+
+@dataclass(frozen=True)
 class ProcessSpec:
     pid: int
     name: str
@@ -88,6 +111,7 @@ class ProcessSpec:
     memory_na: bool = False
     uid: int = 0  # owner (/proc/<pid>/status Uid:)
     host_memory: int | None = None  # resident host memory in bytes (/proc); None: 512 MiB
+    pod: PodSpec | None = None  # the Kubernetes container it runs in; None: a host process
 
 
 @dataclass(frozen=True)

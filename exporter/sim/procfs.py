@@ -8,7 +8,7 @@ Per live pid, the files Linux has and psutil reads (proc(5)):
   boot at field 22, vsize, rss, processor at field 39, ..., exit_code at field 52);
 - ``status`` (Name, State, Tgid, Pid, PPid, Uid/Gid, VmRSS and the other Vm* lines, Threads,
   Cpus_allowed_list, context switches...), ``statm``, ``io``, ``smaps_rollup``;
-- ``exe`` and ``cwd`` symlinks, ``fd/`` (stdin, stdout, stderr on /dev/null), ``task/<pid>/``.
+- ``cgroup`` (the pod's cgroup path, see exporter.sim.kube), ``exe`` and ``cwd`` symlinks, ``fd/`` (stdin, stdout, stderr on /dev/null), ``task/<pid>/``.
 
 The process runs as ``uid`` (scenario key, default 0) with ``host_memory`` resident bytes;
 CPU time is not simulated (utime/stime 0). ``<root>/stat`` carries ``btime``, the Unix time
@@ -52,6 +52,7 @@ class ProcEntry:
     start_seconds: float = 0.0  # virtual time the process started (becomes <pid>/stat starttime)
     uid: int = 0
     host_memory: int = DEFAULT_HOST_MEMORY  # resident bytes
+    cgroup: str = ""  # <pid>/cgroup contents (exporter.sim.kube.cgroup_file); "" = not written
 
 
 def _argv(cmdline: str) -> list[str]:
@@ -169,6 +170,8 @@ class FakeProcfs:
             os.remove(directory)
         os.makedirs(os.path.join(directory, "fd"), exist_ok=True)
         files = process_files(e)
+        if e.cgroup:
+            files["cgroup"] = e.cgroup.encode()
         for name, data in files.items():
             with open(os.path.join(directory, name), "wb") as fh:
                 fh.write(data)

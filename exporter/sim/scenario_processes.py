@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from exporter.catalog import MIB
-from exporter.sim import scenario_events
+from exporter.sim import scenario_events, scenario_pods
 from exporter.sim.model import EventSpec, GpuSpec, MigSpec, ProcessSpec, gpu_model, timeline_value
 from exporter.sim.scenario_fields import (
     as_bool, as_bytes, as_duration, as_int, as_ratio, as_str, check_keys, fail, fmt_time, item,
@@ -20,7 +20,7 @@ from exporter.units import parse_mps_pinned_limits
 ACTIVITY_KEYS = ("sm_active", "tensor_active", "fp16_active", "fp32_active", "fp64_active",
                  "dram_active", "sm_occupancy", "graphics_active")
 PROCESS_KEYS = ("pid", "name", "cmdline", "gpu", "mig", "start", "end", "memory",
-                *ACTIVITY_KEYS, "env", "mps_client", "memory_na", "uid", "host_memory")
+                *ACTIVITY_KEYS, "env", "mps_client", "memory_na", "uid", "host_memory", "pod")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -58,6 +58,7 @@ def parse_processes(
             fail(key(item("processes", i), "start"), f"GPU {p.gpu} is not on the bus at "
                  f"{fmt_time(p.start)} (present: false, or removed by then)")
     _check_pids(processes)
+    scenario_pods.check_pods(processes)
     _check_start_memory(processes, by_index, layouts)
     scenario_events.check_reconfigure_in_use(processes, events)
     return processes
@@ -102,6 +103,9 @@ def _process(raw: Any, path: str, gpus, layouts, duration: float | None) -> Proc
     activity = {k: timeline(raw[k], key(path, k), as_ratio, origin=start)
                 for k in ACTIVITY_KEYS if raw.get(k) is not None}
     env = _env(raw.get("env") or {}, key(path, "env"))
+    pod = scenario_pods.parse_pod(raw["pod"], key(path, "pod")) if raw.get("pod") is not None else None
+    if pod is not None:
+        env.setdefault("HOSTNAME", pod.name)  # what every container runtime sets
     serves = mig.mps if mig is not None else gpu.mps
     mps_client = serves
     if raw.get("mps_client") is not None:
@@ -123,7 +127,7 @@ def _process(raw: Any, path: str, gpus, layouts, duration: float | None) -> Proc
         extra["host_memory"] = int(as_bytes(raw["host_memory"], key(path, "host_memory")))
     return ProcessSpec(pid=pid, name=name, cmdline=cmdline, gpu=gpu.index, mig=mig_index,
                        start=start, end=end, memory=memory, activity=activity, env=env,
-                       mps_client=mps_client, **extra)
+                       mps_client=mps_client, pod=pod, **extra)
 
 
 def _env(raw: Any, path: str) -> dict[str, str]:

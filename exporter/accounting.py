@@ -1,0 +1,136 @@
+"""GPU accounting per pod and per namespace: memory byte-seconds, SM-seconds, estimated joules.
+
+Each poll's per-pod shares (exporter.podshare) are integrated over the time since the
+previous poll of the same GPU (right rectangles: the shares NVML reports at a poll cover the
+interval that ends there). The rules (docs/kubernetes.md, "Accounting"):
+
+- memory byte-seconds += memory bytes x seconds;
+- SM-seconds += SM share of the physical GPU x seconds (1 SM-second = every SM of one GPU
+  busy for one second);
+- energy joules += the GPU's energy over the interval (``nvmlDeviceGetTotalEnergyConsumption``
+  difference, else power x seconds) x the pod's SM share. What no pod's share covers (idle
+  time, host processes, MPS servers, unknown shares) goes to the GPU's unattributed row
+  (namespace "" and pod ""), so a GPU's rows always add up to its energy.
+
+Totals are kept per (GPU, gi, namespace, pod) and per (GPU, namespace). A pod's totals live
+on while it has no process on the GPU (its processes come and go: the counter continues) and
+are dropped POD_TTL_SECONDS after its last process left; namespace totals are never dropped.
+An interval longer than MAX_GAP_SECONDS (the exporter or the GPU was stalled) integrates only
+MAX_GAP_SECONDS of memory and SM time, and books its energy as unattributed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter.podshare import UNATTRIBUTED, PodShare, device_shares
+from exporter.snapshot import Snapshot
+
+MAX_GAP_SECONDS = 60.0
+POD_TTL_SECONDS = 900.0
+
+RowKey = tuple[int, str, "int | None", str, str]  # (gpu index, uuid, gi, namespace, pod)
+NamespaceKey = tuple[int, str, str]  # (gpu index, uuid, namespace)
+
+
+@dataclass
+class Totals:
+    """Running sums of one row; only ever grow."""
+
+    memory_byte_seconds: float = 0.0
+    sm_seconds: float = 0.0
+    energy_joules: float = 0.0
+
+    def add(self, memory: float, sm: float, energy: float) -> None:
+        self.memory_byte_seconds += memory
+        self.sm_seconds += sm
+        self.energy_joules += energy
+
+
+def snapshot_clock(snapshot: Snapshot) -> float:
+    """The poll's clock: virtual time in simulation (as foresight uses), else wall time."""
+    return snapshot.simulation.clock if snapshot.simulation is not None else snapshot.timestamp
+
+
+class Accounting:
+    """Integrates each new snapshot once (observing the same snapshot again changes nothing)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[RowKey, Totals] = {}
+        self.namespaces: dict[NamespaceKey, Totals] = {}
+        self.shares: tuple[PodShare, ...] = ()  # the latest poll's rows
+        self._last_seen: dict[RowKey, float] = {}
+        self._clock: dict[str, float] = {}  # GPU uuid -> clock of its last good poll
+        self._energy: dict[str, float] = {}  # GPU uuid -> its energy counter then
+        self._observed: Snapshot | None = None
+        self.pod_gpus: set[str] = set()  # GPUs on which a pod has ever been seen or allocated
+
+    def observe(self, snapshot: Snapshot) -> None:
+        if snapshot is self._observed:
+            return
+        self._observed = snapshot
+        now = snapshot_clock(snapshot)
+        self.pod_gpus.update(d.uuid for d in snapshot.pod_devices)
+        shares: list[PodShare] = []
+        for gpu in snapshot.gpus:
+            rows = device_shares(gpu, snapshot.pod_devices)
+            if not rows:
+                continue  # a GPU that is down keeps its clock: the gap is handled when it is back
+            shares.extend(rows)
+            if any(r.attributed for r in rows):
+                self.pod_gpus.add(gpu.uuid)
+            self._integrate(gpu, rows, now)
+        self.shares = tuple(shares)
+        self._expire(now)
+
+    def _integrate(self, gpu, rows: list[PodShare], now: float) -> None:
+        previous = self._clock.get(gpu.uuid)
+        self._clock[gpu.uuid] = now
+        elapsed = 0.0 if previous is None else max(0.0, now - previous)
+        span = min(elapsed, MAX_GAP_SECONDS)
+        energy = self._energy_delta(gpu, span)
+        attributed = [r for r in rows if r.attributed]
+        total_share = sum(r.sm_share or 0.0 for r in attributed)
+        scale = 1.0 / total_share if total_share > 1.0 else 1.0  # rounding in MIG activities
+        split = energy is not None and elapsed <= MAX_GAP_SECONDS
+        pods_energy = 0.0
+        for row in rows:
+            key = (row.gpu, row.uuid, row.gi, row.namespace, row.pod)
+            self._last_seen[key] = now
+            row_energy = 0.0
+            if split and row.attributed and row.sm_share:
+                row_energy = energy * row.sm_share * scale
+                pods_energy += row_energy
+            self._add(key, (row.memory_bytes or 0.0) * span, (row.sm_share or 0.0) * span, row_energy)
+        if energy is not None:
+            rest = (gpu.index, gpu.uuid, None) + UNATTRIBUTED
+            self._last_seen[rest] = now
+            self._add(rest, 0.0, 0.0, max(0.0, energy - pods_energy))
+
+    def _energy_delta(self, gpu, span: float) -> float | None:
+        """Joules the GPU used since its last poll; None when unknown (first poll, counter reset)."""
+        if gpu.energy_joules is not None:
+            previous = self._energy.get(gpu.uuid)
+            self._energy[gpu.uuid] = gpu.energy_joules
+            if previous is None or gpu.energy_joules < previous:
+                return None
+            return gpu.energy_joules - previous
+        if gpu.power_watts is not None and span > 0:
+            return gpu.power_watts * span
+        return None
+
+    def _add(self, key: RowKey, memory: float, sm: float, energy: float) -> None:
+        totals = self.rows.get(key)
+        if totals is None:
+            totals = self.rows[key] = Totals()
+        totals.add(memory, sm, energy)
+        namespace_key = (key[0], key[1], key[3])
+        ns_totals = self.namespaces.get(namespace_key)
+        if ns_totals is None:
+            ns_totals = self.namespaces[namespace_key] = Totals()
+        ns_totals.add(memory, sm, energy)
+
+    def _expire(self, now: float) -> None:
+        for key in [k for k, seen in self._last_seen.items() if now - seen > POD_TTL_SECONDS]:
+            del self._last_seen[key]
+            self.rows.pop(key, None)
