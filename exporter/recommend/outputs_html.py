@@ -14,7 +14,7 @@ from exporter import catalog
 from exporter.recommend.mps import MpsAdvice
 from exporter.recommend.mps_pack import gpus_needed
 from exporter.recommend.outputs_migparted import label_safe
-from exporter.recommend.outputs_text import basis_lines, gib, plural
+from exporter.recommend.outputs_text import basis_lines, duration, gib, plural
 from exporter.recommend.result import GpuPlan, ModelPlan, Recommendation
 from exporter.recommend.svg import colour, gpu_svg, legend_svg, stagger_svg
 
@@ -132,16 +132,18 @@ def _how_to_apply(rec: Recommendation) -> str:
 
 def render_html(rec: Recommendation) -> str:
     sources = "; ".join(escape(s) for s in rec.sources)
-    basis = "".join(f"<li>{escape(line)}</li>" for line in basis_lines(rec)[1:])
+    basis = "".join(f"<li>{escape(line)}</li>" for line in basis_lines(rec)[1:] if not line.startswith("DRAFT"))
+    stamp = (rec.stamp[0].upper() + rec.stamp[1:]) if rec.stamp.startswith("undated") else f"Plan of {rec.stamp}"
     shared = "".join(_advice(a) for a in rec.shared_now)
     notes = "".join(f"<li>{escape(n)}</li>" for n in rec.notes)
-    draft = ("<p class='draft'><b>Draft.</b> The history behind this plan is shorter than the minimum window: "
-             "review it before applying.</p>" if rec.draft else "")
+    draft = (f"<p class='draft'><b>Draft.</b> Only {escape(duration(rec.basis.window_seconds))} of history, less "
+             f"than the minimum {escape(duration(rec.basis.min_window_seconds))} (--min-window): a longer window may "
+             "see higher peaks and more jobs at once. Review it before applying.</p>" if rec.draft else "")
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>GPU sharing plan of {escape(rec.stamp)}</title>"
         f"<style>{CSS}</style></head><body><h1>GPU sharing recommendation</h1>"
-        f"<p class='stamp'>Plan of {escape(rec.stamp)} &middot; gpushare-exporter {escape(rec.version)}</p>{draft}"
+        f"<p class='stamp'>{escape(stamp)} &middot; gpushare-exporter {escape(rec.version)}</p>{draft}"
         f"<p class='k'>Inputs: {sources}</p><ul class='k'>{basis}</ul>"
         + _summary(rec) + _how_to_apply(rec)
         + f"<h2>Legend</h2>{legend_svg()}"

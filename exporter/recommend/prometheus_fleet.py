@@ -239,15 +239,23 @@ class FleetFromHistory:
         wanted = set(nodes)
         return sorted({uuid for (node, uuid, _), n in self.together.items() if node in wanted and n >= 2})
 
+    def _held(self, node: str, values: np.ndarray) -> np.ndarray:
+        """``values`` with the node's gaps held at the larger value on either side."""
+        values = np.nan_to_num(values)
+        for b, e in self.gaps.get(node, ()):
+            values[b:e] = max(values[b - 1], values[e] if e < self.points else 0)
+        return values
+
     def read_shared(self, counts, memory) -> None:
         for m, values in counts:
             device = (m.get(self.L, ""), m.get("uuid", ""), m.get("gi", ""))
             if self.together.get(device, 0) >= 2:
                 name = _key(m)
                 old = self.device_counts[device].get(name, np.zeros(self.points))
-                self.device_counts[device][name] = old + np.nan_to_num(values)
+                self.device_counts[device][name] = old + self._held(device[0], values)
         for m, values in memory:
-            self.device_memory[(m.get(self.L, ""), m.get("uuid", ""), m.get("gi", ""))] = np.nan_to_num(values)
+            node = m.get(self.L, "")
+            self.device_memory[(node, m.get("uuid", ""), m.get("gi", ""))] = self._held(node, values)
 
     def timeline_devices(self, nodes) -> list[tuple[str, str, str]]:
         wanted = set(nodes)

@@ -114,8 +114,16 @@ class History:
             out.append((s.get("metric", {}), values))
         return out
 
+    @property
+    def fresh_seconds(self) -> float:
+        """How old a sample may be and its series still count as running: one scrape interval plus a
+        little jitter. Live scrapes end a series at once (staleness markers); history without
+        them (backfilled, remote-read) would otherwise keep a finished job alive for 5 minutes and
+        count it together with the job that followed it."""
+        return self.resolution + max(1.0, 0.1 * self.resolution)
+
     def fresh_memory(self, *matchers: str) -> str:
-        return promql.fresh(MEMORY, *matchers, NOT_MPS_SERVER, seconds=2.5 * self.resolution)
+        return promql.fresh(MEMORY, *matchers, NOT_MPS_SERVER, seconds=self.fresh_seconds)
 
 
 def load_prometheus(url: str, window: str, *, node_label: str = "instance", at: float | None = None,
@@ -190,7 +198,8 @@ def _read_counts(hist: History, fleet, nodes: list[str], L: str) -> None:
     for keys in fleet.several_classes(nodes):  # keys on devices of several sizes: counted per device
         fleet.read_device_counts(hist.series(
             f"max_over_time(count by ({device}) ({hist.fresh_memory(sel, keys)}){span})"))
-    present = hist.series(f"max_over_time(count by ({L}) (gpushare_gpu_info{{{sel}}}){span})")
+    info = promql.fresh("gpushare_gpu_info", sel, seconds=hist.fresh_seconds)
+    present = hist.series(f"max_over_time(count by ({L}) ({info}){span})")
     gaps = fleet.read_presence(present, nodes)
     if gaps:
         fleet.fill_gaps(hist.series(

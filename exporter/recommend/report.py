@@ -278,6 +278,12 @@ def _reasons(model: GpuModel, p: ModelPlan, workloads: list[Workload]) -> list[s
     if p.gpus_mig_off:
         out.append(f"MIG off on {_plural(p.gpus_mig_off, 'GPU')}: workloads too large for a MIG profile, "
                    "or instances kept sharing a GPU as they do now")
+    for w in p.workloads:
+        if w.gpus_per_instance > 1:
+            bigger = [m.key for m in catalog.MODELS.values() if m.memory_capacity_bytes >= w.need_bytes]
+            out.append(f"{w.name} needs {w.need_bytes / GIB:.1f} GiB, more than one {model.key} "
+                       f"({model.memory_capacity_bytes / GIB:.1f} GiB): {w.gpus_per_instance} GPUs per instance "
+                       "with model parallelism" + (f", or one {' / '.join(bigger)}" if bigger else ""))
     if p.groups_kept:
         out.append("kept sharing as now (MPS / time-slicing): " + ", ".join(p.groups_kept))
     if p.homogeneous.gpus is not None and model.mig_capable:

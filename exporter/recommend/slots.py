@@ -7,8 +7,9 @@ device as they run now, see planner.py). Slots are the model's MIG planning prof
 memory, and, several together, a workload larger than one GPU. A *level* is a distinct slot
 memory size; an instance of a workload fits every slot of its level and above.
 
-Patterns: the undominated MIG patterns, the ``full`` pattern (MIG off), and the current
-layout of every fleet GPU (so a GPU can keep a layout that is not undominated).
+Patterns: the undominated MIG patterns (but a lone 7g: MIG off gives the same workload more
+memory), the ``full`` pattern (MIG off), and the current layout of every fleet GPU (so a GPU can
+keep a layout that is not undominated).
 """
 
 from __future__ import annotations
@@ -99,6 +100,11 @@ def model_slots(key: str) -> ModelSlots:
         return ModelSlots(model, (whole,), ((1,),), (whole.memory_mib,))
     mp = model_patterns(key)
     slots = tuple(Slot(p.name, p.memory_mib, p.sm_count, p.slice_count, p.memory_slices) for p in mp.profiles)
-    patterns = tuple((*p, 0) for p in mp.patterns) + ((*(0,) * len(slots), 1),)
+    # A lone full-size instance (7g) is MIG off with less memory: new GPUs take MIG off instead;
+    # a GPU configured so today may still keep it (current layouts are added by the planner).
+    whole_size = max(p.memory_slices for p in mp.profiles)
+    patterns = tuple((*p, 0) for p in mp.patterns
+                     if not (sum(p) == 1 and mp.profiles[p.index(1)].memory_slices == whole_size))
+    patterns += ((*(0,) * len(slots), 1),)
     levels = tuple(sorted({s.memory_mib for s in (*slots, whole)}))
     return ModelSlots(model, (*slots, whole), patterns, levels)
