@@ -10,6 +10,7 @@ not filled (it may be gone); the basis lists every gap.
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 
 import numpy as np
@@ -30,8 +31,8 @@ def _key(m: dict) -> str:
 
 
 class FleetFromHistory:
-    def __init__(self, node_label: str, points: int):
-        self.L, self.points = node_label, points
+    def __init__(self, node_label: str, times):
+        self.L, self.times, self.points = node_label, times, len(times)
         self.models: dict[tuple[str, str], tuple[catalog.GpuModel, int]] = {}
         self.gpus: dict[tuple[str, int], FleetGpu] = {}
         self.mig: dict[tuple[str, str], dict[str, dict]] = defaultdict(dict)
@@ -220,7 +221,10 @@ class FleetFromHistory:
             if runs:
                 self.gaps[node] = runs
                 with_gaps.append(node)
-                self.gap_text += [f"{node}: no data for {e - b} step(s) from step {b}" for b, e in runs]
+                step = float(self.times[1] - self.times[0]) if self.points > 1 else 0.0
+                self.gap_text += [f"{node}: no data for {(e - b) * step:g} s after "
+                                  f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(self.times[b - 1]))}"
+                                  for b, e in runs]
         return sorted(with_gaps)
 
     def fill_gaps(self, series) -> None:

@@ -75,17 +75,32 @@ class History:
             raise UserError(f"--node-label {node_label}: not a Prometheus label name")
         self.client, self.node_label, self.seconds = client, node_label, seconds
         now = time.time() if at is None else at
-        self.w = f"{seconds}s"
-        self.resolution = self._resolution(now)
-        self.step = max(self.resolution, float(math.ceil(seconds / MAX_POINTS)))
-        self.points = max(1, int(seconds // self.step))
+        self.requested = seconds
+        self.resolution = self._resolution(now, seconds)
+        # The grid covers the history Prometheus holds, not the window asked for: a week's window
+        # over a day of data keeps the day's fine steps.
+        held = self._held_seconds(now, seconds)
+        self.step = max(self.resolution, float(math.ceil(held / MAX_POINTS)))
         self.end = math.floor(now / self.step) * self.step  # the same window for runs within one step
+        self.points = max(1, int(math.ceil(min(seconds, held + self.step) / self.step)))
+        self.seconds = int(self.points * self.step)
+        self.w = f"{self.seconds}s"
         self.times = self.end - self.step * np.arange(self.points - 1, -1, -1)
 
-    def _resolution(self, now: float) -> float:
+    def _held_seconds(self, now: float, seconds: int) -> float:
+        """How far back the history reaches within the window (to a thousandth of the window)."""
+        coarse = max(self.resolution, math.ceil(seconds / 1000))
+        first = [promql.value(s) for s in self.client.query(
+            f"min(min_over_time(timestamp(gpushare_gpu_info)[{seconds}s:{coarse:g}s]))", now)]
+        first = [t for t in first if t is not None]
+        if not first:
+            return float(seconds)
+        return float(min(seconds, max(self.resolution, now - first[0] + coarse)))
+
+    def _resolution(self, now: float, seconds: int) -> float:
         """The scrape interval: the shortest span / samples of a gpushare_gpu_info series over the last ten
         minutes (a series that changed labels midway has fewer samples, not a longer interval)."""
-        span = min(self.seconds, 600)
+        span = min(seconds, 600)
         intervals = []
         for s in self.client.query(f"count_over_time(gpushare_gpu_info[{span}s])", now):
             n = promql.value(s)
@@ -132,7 +147,7 @@ def load_prometheus(url: str, window: str, *, node_label: str = "instance", at: 
     """The demand Prometheus saw over ``window``."""
     client = promql.Client(url)
     hist = History(client, node_label, parse_window(window), at)
-    fleet = prometheus_fleet.FleetFromHistory(hist.node_label, hist.points)
+    fleet = prometheus_fleet.FleetFromHistory(hist.node_label, hist.times)
     fleet.read_gpus(hist.instant("gpushare_gpu_info"), hist.instant(f"last_over_time(gpushare_gpu_info[{hist.w}])"),
                     hist.instant("gpushare_mig_info"), hist.instant(f"last_over_time(gpushare_mig_info[{hist.w}])"))
     if not fleet.models:
@@ -151,8 +166,9 @@ def load_prometheus(url: str, window: str, *, node_label: str = "instance", at: 
     for nodes in chunks:
         _read_counts(hist, fleet, nodes, L)
         bar.step()
-    fleet.source(f"prometheus {client.url} (window {window} to {_iso(hist.end)}, step {hist.step:g} s, "
-                 f"{len(fleet.nodes)} nodes, {client.requests} queries)")
+    held = "" if hist.seconds >= hist.requested else f", history held: {hist.seconds} s"
+    fleet.source(f"prometheus {client.url} (window {window} to {_iso(hist.end)}{held}, step {hist.step:g} s, "
+                 f"{len(fleet.nodes)} node{'s' if len(fleet.nodes) != 1 else ''}, {client.requests} queries)")
     return fleet.to_demand(hist, margin=margin, quantile=fleet_quantile(quantile), min_window=min_window)
 
 
