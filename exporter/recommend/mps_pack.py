@@ -1,8 +1,9 @@
 """The MPS alternative: whole GPUs shared by MPS clients instead of MIG instances.
 
 Every instance alive at once is a *lane* (a workload with at most 3 instances alive at once
-has lanes 1..3; lane j is busy whenever at least j run). First-fit decreasing by peak: a lane
-joins the first open GPU where the summed peaks of the lanes busy at each time point still
+has lanes 1..3; lane j is busy whenever at least j run). First-fit decreasing by peak (among the
+``OPEN_GPUS`` open GPUs with the most room, so that it stays linear on big fleets): a lane joins
+the first open GPU where the summed peaks of the lanes busy at each time point still
 fit (time-resolved: jobs that never ran together do not add up), their known compute needs
 stay within the SMs and the client count within MPS's limit; failing that, a GPU whose
 clients all have timelines and that a stagger keeps under capacity (the seed talk's case);
@@ -21,6 +22,7 @@ from exporter.recommend import mps
 from exporter.recommend.demand import Workload
 
 STAGGER_TRIES = 16  # GPUs tried for a stagger before opening a new one
+OPEN_GPUS = 32  # GPUs first-fit tries (those with the most room) before opening a new one: linear time
 
 
 def pack(model, workloads: list[Workload], points: int) -> list[mps.MpsAdvice]:
@@ -36,32 +38,43 @@ def pack(model, workloads: list[Workload], points: int) -> list[mps.MpsAdvice]:
         for j in range(int(counts.max(initial=0))):
             lanes.append((w, j, counts > j))
     lanes.sort(key=lambda lane: (-lane[0].peak_memory_bytes, lane[0].name, lane[1]))
+    # Start offsets are advice for planned jobs; observed ones are packed where they really ran.
+    staggerable = any(w.timeline and w.counts is None for w, _, _ in lanes)
     width = columns.shape[1] if columns.size else 1
     loads = np.zeros((max(1, len(lanes)), width))
     sms_left = np.zeros(max(1, len(lanes)))
     count = np.zeros(max(1, len(lanes)), dtype=int)
     members: list[list[tuple[Workload, int]]] = []
-    lo = 0
-    # Start offsets are advice for planned jobs; observed ones are packed where they really ran.
-    staggerable = any(w.timeline and w.counts is None for w, _, _ in lanes)
+    highest = np.zeros(max(1, len(lanes)))  # each GPU's largest summed peak over time
+    is_open = np.zeros(max(1, len(lanes)), dtype=bool)
+    smallest = lanes[-1][0].peak_memory_bytes if lanes else 0
     for w, j, mask in lanes:
         need, sms = w.peak_memory_bytes, w.sms_on(model)
-        live = len(members)
-        while not staggerable and lo < live and (count[lo] >= mps.MAX_MPS_CLIENTS
-                                                 or loads[lo].min() + lanes[-1][0].peak_memory_bytes > capacity):
-            lo += 1
-        fit = ((loads[lo:live] + need * mask).max(axis=1) <= capacity) & (sms_left[lo:live] >= sms) \
-            & (count[lo:live] < mps.MAX_MPS_CLIENTS)
-        ok = np.flatnonzero(fit)
-        target = lo + int(ok[0]) if len(ok) else _stagger_target(model, members, w, sms_left, count, sms)
+        candidates = np.flatnonzero(is_open[:len(members)])
+        if len(candidates) > OPEN_GPUS:  # the OPEN_GPUS with the most room, in first-fit order
+            roomy = np.argpartition(highest[candidates], OPEN_GPUS - 1)[:OPEN_GPUS]
+            candidates = np.sort(candidates[roomy])
+        target = None
+        if len(candidates):
+            fit = ((loads[candidates] + need * mask).max(axis=1) <= capacity) & (sms_left[candidates] >= sms) \
+                & (count[candidates] < mps.MAX_MPS_CLIENTS)
+            ok = np.flatnonzero(fit)
+            if len(ok):
+                target = int(candidates[ok[0]])
+        if target is None:
+            target = _stagger_target(model, members, w, sms_left, count, sms)
         if target is None:
             members.append([])
-            target = live
+            target = len(members) - 1
             sms_left[target] = model.sm_count
+            is_open[target] = True
         members[target].append((w, j))
         loads[target] += need * mask
+        highest[target] = loads[target].max()
         sms_left[target] -= sms
         count[target] += 1
+        if count[target] >= mps.MAX_MPS_CLIENTS or loads[target].min() + smallest > capacity and not staggerable:
+            is_open[target] = False  # no moment has room for the smallest lane: closed for good
     out = []
     for i, group in enumerate(members):
         clients: dict[str, list] = {}

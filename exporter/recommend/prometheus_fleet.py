@@ -200,6 +200,13 @@ class FleetFromHistory:
             if len(classes.get(_key(m), ())) > 1:
                 self._add(_key(m), self._class_of(m.get(self.L, ""), m.get("uuid", ""), m.get("gi", "")), values)
 
+    def short_of_samples(self, series, seconds: float, resolution: float) -> list[str]:
+        """Nodes whose samples do not fill the history (a gap, or a node that came or went): their
+        presence is read step by step."""
+        expected = seconds / resolution
+        return sorted(s.get("metric", {}).get(self.L, "") for s in series
+                      if (promql.value(s) or 0) < 0.97 * expected - 2)
+
     def read_presence(self, series, nodes) -> list[str]:
         """Nodes with interior gaps (missing steps between two reporting ones)."""
         with_gaps = []

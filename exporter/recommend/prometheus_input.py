@@ -119,13 +119,13 @@ class History:
         out = []
         for s in self.client.query_range(query, start, self.end, self.step):
             values = np.full(self.points, np.nan)
-            for t, v in s.get("values", []):
-                k = int(round((float(t) - start) / self.step))
-                if 0 <= k < self.points:
-                    try:
-                        values[k] = float(v)
-                    except ValueError:
-                        pass
+            try:
+                pairs = np.array(s.get("values") or [], dtype=float).reshape(-1, 2)
+            except ValueError:
+                pairs = np.zeros((0, 2))
+            k = np.rint((pairs[:, 0] - start) / self.step).astype(int)
+            inside = (k >= 0) & (k < self.points)
+            values[k[inside]] = pairs[inside, 1]
             out.append((s.get("metric", {}), values))
         return out
 
@@ -214,9 +214,14 @@ def _read_counts(hist: History, fleet, nodes: list[str], L: str) -> None:
     for keys in fleet.several_classes(nodes):  # keys on devices of several sizes: counted per device
         fleet.read_device_counts(hist.series(
             f"max_over_time(count by ({device}) ({hist.fresh_memory(sel, keys)}){span})"))
-    info = promql.fresh("gpushare_gpu_info", sel, seconds=hist.fresh_seconds)
-    present = hist.series(f"max_over_time(count by ({L}) ({info}){span})")
-    gaps = fleet.read_presence(present, nodes)
+    # Scrape gaps: only nodes with fewer gpushare_gpu_info samples than their time in the history
+    # allows are read step by step (on a healthy fleet, none).
+    suspects = fleet.short_of_samples(hist.instant(f"max by ({L}) (count_over_time(gpushare_gpu_info{{{sel}}}"
+                                                   f"[{hist.w}]))"), hist.seconds, hist.resolution)
+    gaps = []
+    if suspects:
+        info = promql.fresh("gpushare_gpu_info", one_of(L, suspects), seconds=hist.fresh_seconds)
+        gaps = fleet.read_presence(hist.series(f"max_over_time(count by ({L}) ({info}){span})"), suspects)
     if gaps:
         fleet.fill_gaps(hist.series(
             f"max_over_time(count by ({device}) ({hist.fresh_memory(one_of(L, gaps))}){span})"))
