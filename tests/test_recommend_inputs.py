@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -352,3 +354,62 @@ def test_counts_are_plain_integers(tmp_path, node_a_lines):
     demand = demand_of(tmp_path, node_a_lines)
     assert {len(w.counts) for w in demand.workloads} == {len(demand.grid.times)}
     assert all(w.counts.dtype == np.int64 for w in demand.workloads)
+
+
+LEARN = """\
+name: learn
+duration: 10m
+gpus:
+  - model: H100-80GB
+processes:
+  - {pid: 11, cmdline: python3 job.py --seed 1, gpu: 0, start: 5s, end: 25s, memory: [["+0s", 1GiB], ["+15s", 20GiB]]}
+  - {pid: 12, cmdline: python3 job.py --seed 2, gpu: 0, start: 30s, end: 5m, memory: [["+0s", 1GiB], ["+200s", 20GiB]]}
+"""
+
+
+def test_from_uses_what_the_exporter_learned(tmp_path):
+    """The second run of a job is seen early (a few GiB): --from sizes it by the exporter's learned
+    profile of the first run (20 GiB), not by the instant it happened to look."""
+    from tests.promstack import start_exporter
+
+    scenario = tmp_path / "learn.yaml"
+    scenario.write_text(LEARN)
+    with start_exporter(scenario, speed=10, interval=0.5) as exporter:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            doc = json.loads(urllib.request.urlopen(exporter.url + "/api/v1/snapshot", timeout=5).read())
+            if doc["simulation"]["time_seconds"] >= 40:
+                break
+            time.sleep(0.2)
+        fleet = ObservedFleet()
+        fetch_snapshots([exporter.url], fleet)
+    (w,) = fleet.to_demand(margin=0.0).workloads
+    assert w.name == "python3 job.py" and w.peak_memory_bytes == 20 * GIB
+    assert w.max_peak_bytes < 20 * GIB and "learned profile" in w.sized_by
+
+
+def test_state_dir_profiles_raise_observed_sizes_and_stand_alone(tmp_path, node_a_lines):
+    """Profiles from `exporter profiles export` (keyed <key>@<N>GiB) raise the size of the workload
+    seen running; alone they give one instance per profiled workload, and say so."""
+    from exporter.foresight.profiles import WorkloadProfile
+    from exporter.foresight.store import export_json
+    from exporter.recommend.profiles_input import apply_profiles, load_profiles
+
+    profile = WorkloadProfile(key="k8s:prod/web/server@79GiB", peak_bytes=18 * GIB, peak_offset_seconds=60,
+                              duration_seconds=600, runs=2, samples=40, timeline=((0.0, GIB), (60.0, 18 * GIB)),
+                              updated_at=1.0, device_bytes=80 * GIB)
+    path = tmp_path / "profiles.json"
+    path.write_text(export_json([profile]))
+    profiles = load_profiles(str(path))
+    demand = apply_profiles(demand_of(tmp_path, node_a_lines, margin=0.0), profiles, 0.1, str(path))
+    web = next(w for w in demand.workloads if w.name == "k8s:prod/web/server")
+    assert web.peak_memory_bytes == 18 * GIB and "learned profile" in web.sized_by
+    assert demand.basis.learned_profiles == 1
+    from exporter.recommend.demand import Demand
+
+    alone = apply_profiles(Demand(workloads=()), profiles, 0.1, str(path))
+    (w,) = alone.workloads
+    assert (w.name, w.count, w.peak_memory_bytes) == ("k8s:prod/web/server", 1, 18 * GIB)
+    assert any("one instance" in n or "each workload is planned with one" in n for n in alone.notes)
+    with pytest.raises(UserError, match="--state-dir /nonexistent: no such directory"):
+        load_profiles("/nonexistent")

@@ -85,6 +85,7 @@ class ObservedFleet:
         self._instances: dict[tuple, _Instance] = {}
         self._times: dict[str, list[float]] = defaultdict(list)
         self._oom: set[tuple[str, str, str]] = set()  # (node, uuid, gi)
+        self._profiles: dict[str, int] = {}  # learned peak by profile label (workload_label of key@NGiB)
         self._sources: list[str] = []
         self._notes: dict[str, None] = {}
         self.clock = "unix"
@@ -117,6 +118,10 @@ class ObservedFleet:
     def oom(self, node: str, uuid: str, gi: str) -> None:
         """An OOM kill happened on this device (the simulator reports them)."""
         self._oom.add((node, uuid, gi))
+
+    def profile_peak(self, label: str, peak: int) -> None:
+        """A learned workload profile the exporter reports (label of ``<key>@<N>GiB``)."""
+        self._profiles[label] = max(peak, self._profiles.get(label, 0))
 
     def sample(self, *, device: Device, pid: int, workload: str, timestamp: float, memory: int | None,
                sms: float | None, tensor: float | None, mps: bool, expected: int | None = None) -> None:
@@ -163,7 +168,8 @@ class ObservedFleet:
             key, model, _ = cls
             name = naming[cls]
             counts = np.sum([alive[id(i)] for i in members], axis=0).astype(np.int64)
-            expected = max((i.expected_peak for i in members), default=0)
+            expected = max([i.expected_peak for i in members]
+                           + [self._profiles.get(workload_label(f"{key}@{cls[2]}GiB"), 0)])
             sms = [statistics.fmean(i.sms) for i in members if i.sms]
             tensor = [statistics.fmean(i.tensor) for i in members if i.tensor]
             workloads.append(demand_build.observed_workload(

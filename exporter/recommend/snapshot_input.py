@@ -7,8 +7,10 @@ versions of `exporter snapshot` appended). The node is ``NODE=`` before the path
 file's stem; for ``--from`` it is the URL's host:port.
 
 ``--from URL`` reads ``URL/api/v1/snapshot`` (one look, or one every ``interval`` seconds for
-``--window``) and ``URL/metrics`` for what the exporter has learned: the expected peak of each
-running process's workload (gpushare_process_memory_expected_peak_bytes) raises its size.
+``--window``) and ``URL/metrics`` for what the exporter has learned: its workload profiles
+(gpushare_workload_profile_peak_bytes, keyed like the foresight's ``<key>@<N>GiB``) and the
+expected peak of each running process (gpushare_process_memory_expected_peak_bytes) raise the
+size of the workloads seen running.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from exporter.recommend.observed import Device, ObservedFleet
 SNAPSHOT_PATH = "/api/v1/snapshot"
 FETCH_TIMEOUT_SECONDS = 10.0
 EXPECTED_PEAK = "gpushare_process_memory_expected_peak_bytes"
+PROFILE_PEAK = "gpushare_workload_profile_peak_bytes"
 
 
 def parse_snapshot_text(text: str, source: str) -> list[dict]:
@@ -90,7 +93,7 @@ def fetch_snapshots(urls: list[str], fleet: ObservedFleet, timeout: float = FETC
     looks = 0
     while True:
         for url, base, node in targets:
-            expected = _expected_peaks(base, url, timeout)
+            expected = _learned(base, url, timeout, fleet)
             body = http_fetch.get(base + SNAPSHOT_PATH, timeout=timeout, place=f"--from {url}")
             for snap in parse_snapshot_text(body.decode("utf-8", "replace"), base + SNAPSHOT_PATH):
                 add_snapshot(fleet, node, snap, base + SNAPSHOT_PATH, expected)
@@ -104,24 +107,25 @@ def fetch_snapshots(urls: list[str], fleet: ObservedFleet, timeout: float = FETC
         fleet.source(f"exporter {base} ({looks} look{'s' if looks != 1 else ''})")
 
 
-def _expected_peaks(base: str, url: str, timeout: float) -> dict[tuple[str, str, int], int]:
-    """(uuid, gi, pid) -> the exporter's expected peak of that process's workload (learned)."""
+def _learned(base: str, url: str, timeout: float, fleet: ObservedFleet) -> dict[tuple[str, str, int], int]:
+    """(uuid, gi, pid) -> the exporter's expected peak of that process; its workload profiles' peaks
+    go to ``fleet``. Nothing when /metrics cannot be read: the plan rests on the snapshots."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    out: dict[tuple[str, str, int], int] = {}
     try:
         text = http_fetch.get(base + "/metrics", timeout=timeout, place=f"--from {url}").decode("utf-8", "replace")
-        out = {}
         for family in text_string_to_metric_families(text):
-            if family.name != EXPECTED_PEAK:
-                continue
-            for s in family.samples:
-                try:
-                    out[(s.labels.get("uuid", ""), s.labels.get("gi", ""), int(s.labels.get("pid", "")))] = int(s.value)
-                except ValueError:
+            for s in family.samples if family.name in (EXPECTED_PEAK, PROFILE_PEAK) else ():
+                if s.value != s.value or s.value <= 0:
                     continue
-        return out
+                if family.name == PROFILE_PEAK:
+                    fleet.profile_peak(s.labels.get("workload", ""), int(s.value))
+                elif s.labels.get("pid", "").isdigit():
+                    out[(s.labels.get("uuid", ""), s.labels.get("gi", ""), int(s.labels["pid"]))] = int(s.value)
     except (UserError, ValueError):
-        return {}  # /metrics unreadable: plan on what the snapshots show
+        return {}
+    return out
 
 
 def _number(value, default):
