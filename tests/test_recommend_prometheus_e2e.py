@@ -70,6 +70,11 @@ def test_history_gives_the_true_peak_concurrency_and_the_optimal_gpu_count(histo
     (gap,) = data["basis"]["gaps"]  # 300 s without scrapes; the last one before stays fresh 16.5 s
     assert gap.startswith(f"{NODE_B}: no data for 285 s after ")
     assert {g["node"] for g in model["gpus"]} == {NODE_A, NODE_B}
+    # What runs now, from mig_mode="enabled" + gpushare_mig_info and the sharing label:
+    now = {(g["node"], g["index"]): (g["current"], g["change"]) for g in model["gpus"]}
+    assert now[(NODE_A, 0)] == ("MIG 2x1g.10gb + 2g.20gb + 3g.40gb", "keep")
+    assert now[(NODE_B, 1)] == ("MIG 7x1g.10gb", "keep")
+    assert now[(NODE_A, 1)] == ("MIG off, MPS", "keep")
 
 
 def test_history_and_snapshots_of_the_same_fleet_give_the_same_plan(history, tmp_path):

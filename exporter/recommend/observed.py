@@ -253,8 +253,3 @@ class ObservedFleet:
 
 def _class(i: _Instance) -> tuple[str, str, int]:
     return (i.workload, i.device.model, demand_build.size_class(i.device.capacity_bytes))
-
-
-def short(name: str) -> str:
-    """A readable label of at most 48 characters for a workload name."""
-    return workload_label(name)

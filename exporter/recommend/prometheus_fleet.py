@@ -18,7 +18,7 @@ import numpy as np
 from exporter import catalog
 from exporter.catalog import MIB
 from exporter.recommend import demand_build, promql
-from exporter.recommend.demand import DEFAULT_OBSERVED_MARGIN, Basis, Demand, FleetGpu, Grid, SharedDevice
+from exporter.recommend.demand import FleetGpu
 from exporter.recommend.observed import Device, held_max
 
 MAX_TIMELINE_DEVICES = 50  # shared devices whose instances' memory timelines are read (stagger advice)
@@ -109,10 +109,10 @@ class FleetFromHistory:
         return [nodes[i:i + size] for _, nodes in sorted(kinds.items()) for i in range(0, len(nodes), size)]
 
     def _class_of(self, node: str, uuid: str, gi: str) -> tuple[str, int] | None:
-        device = self._device(node, uuid, gi)
+        device = self.device(node, uuid, gi)
         return None if device is None else (device.model, demand_build.size_class(device.capacity_bytes))
 
-    def _classes(self) -> dict[str, set[tuple[str, int]]]:
+    def classes_by_key(self) -> dict[str, set[tuple[str, int]]]:
         """Per workload key, the (model, device size) classes it ran on (known once every chunk's
         devices are read)."""
         if self.classes is None:
@@ -127,7 +127,7 @@ class FleetFromHistory:
         """Matchers for the keys in ``nodes`` that ran on devices of several sizes or models: their
         counts are read per device."""
         wanted = set(nodes)
-        keys = sorted({key for node, _, _, key in self.groups if node in wanted and len(self._classes()[key]) > 1})
+        keys = sorted({key for node, _, _, key in self.groups if node in wanted and len(self.classes_by_key()[key]) > 1})
         by_label = defaultdict(list)
         for key in keys:
             by_label[self.key_label.get(key, "workload")].append(key)
@@ -187,7 +187,7 @@ class FleetFromHistory:
 
     def read_counts(self, series) -> None:
         """Counts by (workload, process) over a chunk: for keys of one class only."""
-        classes = self._classes()
+        classes = self.classes_by_key()
         for m, values in series:
             seen = classes.get(_key(m), set())
             if len(seen) == 1:
@@ -195,7 +195,7 @@ class FleetFromHistory:
 
     def read_device_counts(self, series) -> None:
         """Counts by (node, uuid, gi, workload, process): for keys of several classes."""
-        classes = self._classes()
+        classes = self.classes_by_key()
         for m, values in series:
             if len(classes.get(_key(m), ())) > 1:
                 self._add(_key(m), self._class_of(m.get(self.L, ""), m.get("uuid", ""), m.get("gi", "")), values)
@@ -291,9 +291,8 @@ class FleetFromHistory:
             if best is None or (peak, line[-1][0]) > (best[0], best[1][-1][0]):
                 self.timelines[key] = (peak, line)
 
-    # --- the Demand ----------------------------------------------------------------------------
 
-    def _device(self, node, uuid, gi) -> Device | None:
+    def device(self, node, uuid, gi) -> Device | None:
         if (node, uuid) not in self.models:
             return None
         model, index = self.models[(node, uuid)]
@@ -314,72 +313,3 @@ class FleetFromHistory:
             sms = None
         return Device(node, uuid, gi, f"{node} gpu{index} gi{gi}" + (f" ({profile})" if profile else ""),
                       model.key, index, int(memory) if memory else None, sms, profile)
-
-    def to_demand(self, hist, margin, quantile, min_window) -> Demand:
-        margin = DEFAULT_OBSERVED_MARGIN if margin is None else margin
-        classes = self._classes()
-        naming = demand_build.names(classes)
-        per_workload: dict[tuple[str, str, int], list[tuple[Device, dict]]] = defaultdict(list)
-        for (node, uuid, gi, key), g in sorted(self.groups.items()):
-            device = self._device(node, uuid, gi)
-            if device is not None:
-                per_workload[(key, device.model, demand_build.size_class(device.capacity_bytes))].append((device, g))
-        workloads = []
-        for cls, members in sorted(per_workload.items()):
-            key, model, _ = cls
-            name = naming[cls]
-            counts = self.counts.get(cls)
-            if counts is None or not counts.max():
-                self.note(f"{name}: seen only between two looks of the history, left out")
-                continue
-            largest = max(g["peak"] for _, g in members)
-            # The fleet-wide quantile mixes device sizes: for a key on several, its largest instance.
-            peak = self.quantiles.get(key, largest) if len(classes[key]) == 1 else largest
-            workloads.append(demand_build.observed_workload(
-                name=name, model=model, counts=np.rint(counts).astype(np.int64), margin=margin, quantile=quantile,
-                devices=[d for d, _ in members], oom=self.oom, quantile_peak=int(peak),
-                max_peak=max(g["peak"] for _, g in members), instances=sum(g["instances"] for _, g in members),
-                sms=self._sms(members), tensor=self._tensor(members),
-                timeline=self.timelines.get(key, (0, None))[1], samples=sum(g["samples"] for _, g in members)))
-        shared = []
-        for device_key, counts in sorted(self.device_counts.items()):
-            device = self._device(*device_key)
-            if device is None or not device.capacity_bytes:
-                continue
-            size = demand_build.size_class(device.capacity_bytes)
-            named = {naming.get((k, device.model, size), k): np.rint(v).astype(np.int64) for k, v in counts.items()}
-            together = np.sum(list(named.values()), axis=0)
-            shared.append(SharedDevice(
-                key=device.key, model=device.model, capacity_bytes=int(device.capacity_bytes),
-                sms=int(device.sms or 0), mps=device_key in self.mps, workloads=tuple(sorted(named)),
-                node=device.node, gpu_index=device.gpu_index, gi=device.gi, counts=named,
-                concurrency=int(self.together.get(device_key, together.max())),
-                together_peak_bytes=int(self.device_memory.get(device_key, np.zeros(1)).max()),
-                alive=together > 0, oom=device_key in self.oom, profile=device.profile))
-        basis = Basis(start=hist.end - hist.seconds, end=hist.end, clock="unix",
-                      samples=sum(g["samples"] for g in self.groups.values()),
-                      instances=sum(g["instances"] for g in self.groups.values()), nodes=len(self.nodes),
-                      min_window_seconds=min_window, gaps=tuple(self.gap_text),
-                      learned_profiles=0)
-        return Demand(workloads=tuple(workloads), gpus=tuple(self.gpus[k] for k in sorted(self.gpus)),
-                      shared=tuple(shared), sources=tuple(self._sources), notes=tuple(self._notes),
-                      grid=Grid(tuple(float(t) for t in hist.times), hist.step, "unix"), basis=basis)
-
-    def _sms(self, members) -> float | None:
-        values = []
-        for device, g in members:
-            sms = device.sms
-            if not sms:
-                continue
-            if g["util"]:
-                values.append(float(np.mean(g["util"])) * sms)
-                continue
-            active = self.active.get((device.node, device.uuid, device.gi))
-            if active is not None:
-                values.append(active * sms / max(1.0, self.together.get((device.node, device.uuid, device.gi), 1)))
-        return float(np.mean(values)) if values else None
-
-    def _tensor(self, members) -> float | None:
-        values = [self.tensor[(d.node, d.uuid, d.gi)] for d, _ in members
-                  if self.together.get((d.node, d.uuid, d.gi), 1) <= 1 and (d.node, d.uuid, d.gi) in self.tensor]
-        return float(np.mean(values)) if values else None

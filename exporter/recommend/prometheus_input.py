@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 from exporter.errors import UserError
-from exporter.recommend import promql, prometheus_fleet
+from exporter.recommend import promql, prometheus_demand, prometheus_fleet
 from exporter.recommend.demand import Demand
 from exporter.recommend.promql import MEMORY, NOT_MPS_SERVER, SM_UTIL, one_of, selector
 
@@ -169,7 +169,8 @@ def load_prometheus(url: str, window: str, *, node_label: str = "instance", at: 
     held = "" if hist.seconds >= hist.requested else f", history held: {hist.seconds} s"
     fleet.source(f"prometheus {client.url} (window {window} to {_iso(hist.end)}{held}, step {hist.step:g} s, "
                  f"{len(fleet.nodes)} node{'s' if len(fleet.nodes) != 1 else ''}, {client.requests} queries)")
-    return fleet.to_demand(hist, margin=margin, quantile=fleet_quantile(quantile), min_window=min_window)
+    return prometheus_demand.to_demand(fleet, hist, margin=margin, quantile=fleet_quantile(quantile),
+                                      min_window=min_window)
 
 
 def fleet_quantile(q: float | None) -> float:

@@ -9,7 +9,6 @@ take Go's escapes and reject ``\\.`` and ``\\-`` as unknown). Node names such as
 from __future__ import annotations
 
 import json
-import urllib.parse
 
 from exporter.errors import UserError
 from exporter.recommend import http_fetch
@@ -88,7 +87,3 @@ def value(series) -> float | None:
         return None
     return v if v == v else None
 
-
-def url_of(url: str, query: str) -> str:
-    """A link to a query in Prometheus's UI, for the report."""
-    return f"{url}/graph?{urllib.parse.urlencode({'g0.expr': query})}"
