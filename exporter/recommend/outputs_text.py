@@ -44,7 +44,7 @@ def moment(t: float | None, clock: str) -> str:
     if t is None:
         return "-"
     if clock == "scenario":
-        return f"t={t:g} s"
+        return f"t={t:.0f} s"
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
 
 

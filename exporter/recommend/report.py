@@ -42,7 +42,7 @@ def stamp(demand: Demand) -> str:
     if b.end is None:
         return "undated plan (no observed input)"
     if b.clock == "scenario":
-        return f"scenario time {b.end:g} s (window end)"
+        return f"scenario time {b.end:.0f} s (window end)"
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(b.end)) + " (window end)"
 
 
