@@ -3,7 +3,7 @@
 A storm is a scenario built from *fault kinds*. Each :class:`FaultKind` adds its GPUs' events
 (and processes) to the scenario and says what a scrape must show while and after it happens;
 the suite checks every kind it was given against what 50 clients scraped meanwhile. A new kind
-(say "random errors on 20% of calls", once the simulator has it) is one more entry in KINDS:
+(say a new fault of the simulator's fault model, docs/scenarios.md) is one more entry in KINDS:
 its events and its check, nothing else changes.
 
 GPU 0 is never faulted: it is the "healthy GPU" whose series must stay fresh throughout.
@@ -110,8 +110,8 @@ def _hang() -> FaultKind:
 
 
 def _flaky_calls() -> FaultKind:
-    # Stand-in for random errors on 20% of calls (not in the simulator yet): windows in which
-    # several calls of one GPU fail, overlapping, so a growing share of calls fails and recovers.
+    # Windows in which several calls of one GPU fail, overlapping, so a growing share of calls
+    # fails and recovers (random failures on a share of calls: _random_call_errors).
     calls = ("nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperature", "nvmlDeviceGetClockInfo",
              "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetUtilizationRates")
 
@@ -162,14 +162,73 @@ def _mps_restart_and_vanishing_processes() -> FaultKind:
                                  "memory": "6GiB"}], check)
 
 
+def _random_call_errors() -> FaultKind:
+    # 20 % of every call on one GPU fails with Unknown (seeded, so every run fails alike).
+    def check(samples, gpu):
+        g = str(gpu)
+        _require(samples[-1].errors.get("Unknown", 0) > 0, "random Unknown errors not counted")
+        _require(any(s.up.get(g) == 1 for s in between(samples, 60, 180)), f"GPU {g} never read while flaky")
+        _require(all(s.up.get(g) == 1 for s in between(samples, 260, DURATION)), f"GPU {g} did not recover")
+
+    return FaultKind("random call errors (20%)", [{"model": "H100-80GB"}],
+                     lambda g: [{"at": 50, "fault": {"call": "*", "gpu": g, "error": "Unknown", "probability": 0.2,
+                                                     "until": 200}}],
+                     lambda g: [{"pid": 2500 + g, "cmdline": "python flaky.py", "gpu": g, "memory": "10GiB"}], check)
+
+
+def _lost_then_reset() -> FaultKind:
+    def check(samples, gpu):
+        g = str(gpu)
+        _require(any(s.up.get(g) == 0 for s in between(samples, 130, 200)), f"GPU {g} never shown down while lost")
+        _require(all(s.up.get(g) == 1 for s in between(samples, 280, DURATION)), f"GPU {g} not back after its reset")
+
+    return FaultKind("GPU lost (XID 79), recovered by a reset", [{"model": "H100-80GB"}],
+                     lambda g: [{"at": 120, "xid": {"gpu": g, "code": 79}}, {"at": 120, "gpu_lost": {"gpu": g}},
+                                {"at": 210, "gpu_reset": {"gpu": g}}],
+                     lambda g: [{"pid": 2600 + g, "cmdline": "python lost.py", "gpu": g, "memory": "16GiB"},
+                                {"pid": 2610 + g, "cmdline": "python after.py", "gpu": g, "start": 240,
+                                 "memory": "8GiB"}], check)
+
+
+def _mps_server_death() -> FaultKind:
+    def check(samples, gpu):
+        g = str(gpu)
+        before = set().union(*(s.mps_pids.get(g, set()) for s in between(samples, 10, 140)))
+        dead = [s for s in between(samples, 170, 290) if s.mps_pids.get(g)]
+        after = set().union(*(s.mps_pids.get(g, set()) for s in between(samples, 340, DURATION)))
+        _require(bool(before), f"GPU {g}: no MPS server before its death")
+        _require(not dead, f"GPU {g}: a dead MPS server still exported ({dead and dead[0].mps_pids[g]})")
+        _require(after and before.isdisjoint(after), f"GPU {g}: MPS server pids {before} -> {after} after the restart")
+        _require(all(s.up.get(g) == 1 for s in samples), f"GPU {g} reported down")
+
+    return FaultKind("MPS server death, restarted later", [{"model": "H100-80GB", "mps": True,
+                                                            "compute_mode": "exclusive_process"}],
+                     lambda g: [{"at": 150, "mps_server_death": {"gpu": g}}, {"at": 300, "mps_restart": {"gpu": g}}],
+                     lambda g: [{"pid": 2700 + g, "cmdline": "python mps-a.py", "gpu": g, "memory": "6GiB"},
+                                {"pid": 2710 + g, "cmdline": "python mps-b.py", "gpu": g, "start": 320,
+                                 "memory": "6GiB"}], check)
+
+
+def _failed_repartition() -> FaultKind:
+    def check(samples, gpu):
+        g = str(gpu)
+        before = {tuple(sorted(s.mig_profiles.get(g, []))) for s in between(samples, 10, 230)}
+        after = {tuple(sorted(s.mig_profiles.get(g, []))) for s in between(samples, 290, DURATION)}
+        _require(before == {("4g.20gb", "3g.20gb")} or before == {("3g.20gb", "4g.20gb")}, f"layout before: {before}")
+        _require(after == {("3g.20gb",)}, f"half-done repartition: exported {after}, created only one 3g.20gb")
+        _require(all(s.up.get(g) == 1 for s in samples), f"GPU {g} reported down")
+
+    return FaultKind("MIG repartition failing halfway", [{"model": "A100-40GB", "mig": [
+        {"profile": "4g.20gb"}, {"profile": "3g.20gb"}]}],
+        lambda g: [{"at": 260, "mig_reconfigure": {"gpu": g, "fails_after": 1,
+                                                   "mig": [{"profile": "3g.20gb"}, {"profile": "3g.20gb"}]}}],
+        lambda g: [{"pid": 2800 + g, "cmdline": "python old.py", "gpu": g, "mig": 0, "end": 250, "memory": "8GiB"}],
+        check)
+
+
 KINDS: list[Callable[[], FaultKind]] = [_lost_and_recovered, _hang, _flaky_calls, _mig_reconfigure,
-                                        _mps_restart_and_vanishing_processes]
-# Fault kinds the simulator does not have yet (see docs/scenarios.md); each becomes an entry above
-# when it does: random errors on a share of calls, a GPU lost then brought back by a reset,
-# MPS server death (not restart), a MIG repartition that fails, processes exiting between
-# the list and the per-process queries (today approximated by a NotFound window).
-MISSING_KINDS = ("random call errors (20%)", "lost GPU recovered by reset", "MPS server death",
-                 "failed MIG repartition", "process exits between list and query")
+                                        _mps_restart_and_vanishing_processes, _random_call_errors,
+                                        _lost_then_reset, _mps_server_death, _failed_repartition]
 
 
 def storm(kinds: list[FaultKind]) -> tuple[dict, list[int]]:

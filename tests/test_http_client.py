@@ -169,3 +169,21 @@ def test_flags_define_and_read_back():
     assert (opts.flag, opts.ca_file, opts.bearer_token_file, opts.timeout) == ("--prometheus", "ca.pem", "t", 3.0)
     with pytest.raises(UserError, match="--prometheus-cert-file and --prometheus-key-file: give both"):
         client_options(parser.parse_args(["--prometheus-cert-file", "c.pem"]), "prometheus")
+
+
+def test_recommend_reads_a_secured_exporter_with_its_flags(pki, servers, capsys):
+    """`exporter recommend --from https://...` with --from-ca-file, a client certificate and basic auth."""
+    pytest.importorskip("scipy")
+    from exporter.cli import main
+
+    url = servers["mtls"].rstrip("/")
+    secured = ["--from-ca-file", pki.path("ca.crt"), "--from-cert-file", pki.path("client.crt"),
+               "--from-key-file", pki.path("client.key"), "--from-username", "alice",
+               "--from-password-file", pki.path("password")]
+    assert main(["recommend", "--from", url, *secured, "--format", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["workloads"] and any(url in source for source in plan["sources"]), plan["sources"]
+    assert main(["recommend", "--from", url, *secured[:6], "--format", "json"]) == 2  # no basic auth
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"exporter: error: --from {url}: answered HTTP 401") and "\n" not in err, err
+    assert PASSWORD not in err

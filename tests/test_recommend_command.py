@@ -45,7 +45,7 @@ def test_output_file_and_gpu_model_override(tmp_path):
 
 @pytest.mark.parametrize("argv,message", [
     ((), "give at least one input"),
-    (("--workloads", "x.yaml", "--window", "7d"), "--window: only meaningful with --prometheus"),
+    (("--workloads", "x.yaml", "--window", "7d"), "--window: only meaningful with --prometheus or --from"),
     (("--workloads", str(EXAMPLES / "llama-8b-x4.yaml"), "--gpu-model", "H900"), "--gpu-model: unknown GPU model"),
     (("--snapshot", "x.json", "--margin", "-1"), "--margin -1"),
     (("--snapshot", "/nonexistent/snap.json",), "--snapshot /nonexistent/snap.json"),
@@ -122,3 +122,49 @@ def test_fits_the_cli_registry(monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out)["models"][0]["gpus_needed"] == 2
     assert cli.main(["recommend", "--workloads", "/nonexistent.yaml"]) == 2
     assert capsys.readouterr().err.strip() == "exporter: error: --workloads /nonexistent.yaml: No such file or directory"
+
+
+@pytest.mark.parametrize("memory,problem", [
+    ("1e400GiB", "too large"), ("-5GiB", "negative"), ("0", "zero"), ("0GiB", "zero"),
+])
+def test_bad_sizes_exit_2_naming_the_file_and_the_field(tmp_path, capsys, memory, problem):
+    """The sizes issue 10 found crashing or accepted: exit 2 and one line naming file and field."""
+    from exporter import cli
+
+    path = tmp_path / "plan.yaml"
+    path.write_text(f"gpu_model: H100\nworkloads:\n  - {{name: a, memory: {memory}}}\n")
+    assert cli.main(["recommend", "--workloads", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"exporter: error: {path}: workloads[0].memory: ") and problem in err
+    assert err.count("\n") == 1
+
+
+def test_a_workload_file_that_is_not_utf8_exits_2(tmp_path, capsys):
+    from exporter import cli
+
+    path = tmp_path / "plan.yaml"
+    path.write_bytes(b"gpu_model: H100\nworkloads:\n  - {name: \xff\xfe, memory: 8GiB}\n")
+    assert cli.main(["recommend", "--workloads", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"exporter: error: {path}: workloads[0].name: not UTF-8 text (byte 0xff on line 3); " \
+                  "save the file as UTF-8\n"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (("--workloads", "x.yaml", "--quantile", "0"), "--quantile 0"),
+    (("--workloads", "x.yaml", "--quantile", "nan"), "--quantile nan"),
+    (("--workloads", "x.yaml", "--min-window", "soon"), "--min-window soon"),
+    (("--workloads", "x.yaml", "--at", "yesterday"), "--at: only meaningful with --prometheus"),
+    (("--prometheus", "http://127.0.0.1:9", "--at", "yesterday"), "--at yesterday: expected Unix seconds"),
+    (("--prometheus", "http://127.0.0.1:9", "--from", "http://x", "--window", "1h"), "--window: ambiguous"),
+    (("--state-dir", "/nonexistent/dir",), "--state-dir /nonexistent/dir: no such directory"),
+    (("--from", "node-a:18474",), "--from node-a:18474: expected an http(s) URL such as http://node-a:18474"),
+])
+def test_more_bad_flags_are_one_line(argv, message):
+    with pytest.raises(UserError) as info:
+        command.run(parse(*argv))
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_at_takes_unix_seconds_or_an_iso_date():
+    assert command.parse_at("1735689600") == command.parse_at("2025-01-01T00:00:00Z") == 1735689600.0

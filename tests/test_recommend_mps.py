@@ -41,6 +41,11 @@ def wan_jobs(n=3):
     return [Workload(f"wan#{i + 1}", 33 * GB, timeline=WAN) for i in range(n)]
 
 
+def each(workloads):
+    """Clients for mps.advise: one instance of every workload."""
+    return [(w, 1) for w in workloads]
+
+
 def test_wan_jobs_started_together_exceed_an_h100():
     """The seed talk's crash: three peaks at once need 99 GB, more than the H100 holds."""
     assert worst_total([WAN] * 3, [0, 0, 0]) > H100.memory_capacity_bytes
@@ -48,7 +53,7 @@ def test_wan_jobs_started_together_exceed_an_h100():
 
 def test_stagger_avoids_the_wan_oom():
     """The advice staggers the three jobs so their summed memory stays under capacity at every instant."""
-    advice = mps.advise("gpu0", H100, H100.memory_capacity_bytes, H100.sm_count, wan_jobs())
+    advice = mps.advise("gpu0", H100, H100.memory_capacity_bytes, H100.sm_count, each(wan_jobs()))
     assert advice.verdict == "stagger"
     offsets = [c.start_offset_seconds for c in advice.clients]
     assert worst_total([WAN] * 3, offsets) <= H100.memory_capacity_bytes
@@ -59,15 +64,14 @@ def test_stagger_avoids_the_wan_oom():
 
 def test_stagger_is_not_needed_when_peaks_fit():
     """Two Wan jobs peak at 66 GB together: they may start at once."""
-    advice = mps.advise("gpu0", H100, H100.memory_capacity_bytes, H100.sm_count, wan_jobs(2))
+    advice = mps.advise("gpu0", H100, H100.memory_capacity_bytes, H100.sm_count, each(wan_jobs(2)))
     assert advice.verdict == "fits"
     assert all(c.start_offset_seconds is None for c in advice.clients)
 
 
 def test_without_timelines_the_advice_limits_concurrency():
     """Servers with no learned timeline cannot be staggered: only as many as fit at their peaks may run."""
-    ws = [Workload(f"s{i}", 30 * GIB) for i in range(3)]
-    advice = mps.advise("gpu0", H100, H100.memory_capacity_bytes, H100.sm_count, ws)
+    advice = mps.advise("gpu0", H100, H100.memory_capacity_bytes, H100.sm_count, [(Workload("s", 30 * GIB, count=3), 3)])
     assert advice.verdict == "limit-concurrency"
     assert advice.max_concurrency == 2  # 60 GiB fit in 79 GiB, 90 GiB do not
 
@@ -75,7 +79,7 @@ def test_without_timelines_the_advice_limits_concurrency():
 def test_a_client_larger_than_the_device_is_flagged():
     """No stagger helps a client whose own peak exceeds the device."""
     ws = [Workload("big", 90 * GIB), Workload("small", 1 * GIB)]
-    advice = mps.advise("gpu0", H100, H100.memory_capacity_bytes, H100.sm_count, ws)
+    advice = mps.advise("gpu0", H100, H100.memory_capacity_bytes, H100.sm_count, each(ws))
     assert advice.verdict == "too-big"
 
 
@@ -85,6 +89,29 @@ def test_pinned_limit_is_the_peak_with_margin_in_a_form_cuda_accepts():
     limit = parse_mps_pinned_limits(mps.pinned_limit(w.memory_need_bytes))
     assert set(limit) == {"0"}
     assert w.memory_need_bytes <= limit["0"] < w.memory_need_bytes + 2**20
+
+
+def test_pinned_limit_carries_its_explicit_margin_even_where_the_planning_need_is_capped():
+    """A workload that ran in a 9.75 GiB slice has its planning need capped there, but its MPS limit is
+    the learned peak plus the stated margin, and the advice says which peak and which margin."""
+    w = Workload("svc", 9 * GIB, margin_ratio=0.2, memory_cap_bytes=int(9.75 * GIB))
+    assert w.memory_need_bytes == int(9.75 * GIB)
+    advice = mps.advise("gpu0", H100, H100.memory_capacity_bytes, H100.sm_count, [(w, 2)])
+    (one, two) = advice.clients
+    assert (one.workload, two.workload) == ("svc #1", "svc #2")
+    assert one.peak_bytes == 9 * GIB and one.margin_ratio == 0.2
+    assert parse_mps_pinned_limits(one.pinned_limit)["0"] >= 9 * GIB * 1.2
+
+
+def test_clients_that_never_ran_together_are_not_added_up():
+    """Ten time-sliced jobs of 16 GiB that never held more than 32 GiB at once fit: the advice judges the
+    most needed at one time, not the sum of every peak (160 GiB)."""
+    w = Workload("job", 16 * GIB, count=10)
+    advice = mps.advise("gpu3", H100, H100.memory_capacity_bytes, H100.sm_count, [(w, 10)], together=32 * GIB)
+    assert advice.verdict == "fits"
+    assert advice.sum_of_peaks_bytes == 160 * GIB and advice.together_bytes == 32 * GIB
+    summed = mps.advise("gpu3", H100, H100.memory_capacity_bytes, H100.sm_count, [(w, 10)])
+    assert summed.verdict == "limit-concurrency"
 
 
 def test_thread_percentage_follows_compute_need_or_fair_share():
@@ -115,7 +142,7 @@ def test_stagger_respects_the_maximum_offset():
 
 def test_packing_puts_the_three_wan_jobs_on_one_staggered_gpu():
     """Seed 000's MPS answer: one H100 with staggered starts instead of two MIG GPUs."""
-    gpus = mps_pack.pack(H100, wan_jobs())
+    gpus = mps_pack.pack(H100, wan_jobs(), 1)
     assert len(gpus) == 1
     assert gpus[0].verdict == "stagger"
     offsets = [c.start_offset_seconds for c in gpus[0].clients]
@@ -125,7 +152,7 @@ def test_packing_puts_the_three_wan_jobs_on_one_staggered_gpu():
 def test_packing_respects_memory_and_client_limits():
     """Every packed GPU holds its clients' peaks and at most 48 clients."""
     ws = [Workload(f"w{i}", (1 + i % 7) * GIB) for i in range(200)]
-    gpus = mps_pack.pack(H100, ws)
+    gpus = mps_pack.pack(H100, ws, 1)
     assert sorted(c.workload for g in gpus for c in g.clients) == sorted(w.name for w in ws)
     for g in gpus:
         assert g.sum_of_peaks_bytes <= H100.memory_capacity_bytes
@@ -149,9 +176,22 @@ def test_observed_margin_sizes_limits_but_does_not_block_the_stagger():
     the 79.3 GiB H100, and each client's limit carries its own margin (36.3 GiB)."""
     tl = ((0.0, 2 * GIB), (60.0, 22 * GIB), (540.0, 22 * GIB), (545.0, 33 * GIB), (570.0, 33 * GIB))
     ws = [Workload(f"wan#{i}", 33 * GIB, margin_ratio=0.1, timeline=tl) for i in range(3)]
-    advice = mps.advise("gpu0", H100, H100.memory_capacity_bytes, H100.sm_count, ws)
+    advice = mps.advise("gpu0", H100, H100.memory_capacity_bytes, H100.sm_count, each(ws))
     assert advice.verdict == "stagger"
     assert worst_total([tl] * 3, [c.start_offset_seconds for c in advice.clients]) <= H100.memory_capacity_bytes
     limit = parse_mps_pinned_limits(advice.clients[0].pinned_limit)["0"]
     assert limit >= 33 * GIB * 1.1
     assert any(r.startswith("tight") for r in advice.reasons)  # 2.3 GiB left of 79.3
+
+
+def test_packing_is_time_resolved_and_counts_whole_gpus_of_workloads_too_big_to_share():
+    """Two 50 GiB jobs that never ran at the same time share one MPS GPU; a 100 GiB model takes two
+    whole GPUs of its own, and the MPS alternative counts them."""
+    night = Workload("night", 50 * GIB, count=1, counts=np.array([1, 1, 0, 0]))
+    day = Workload("day", 50 * GIB, count=1, counts=np.array([0, 0, 1, 1]))
+    big = Workload("llama-70b", 100 * GIB, count=1)
+    gpus = mps_pack.pack(H100, [night, day, big], 4)
+    shared = [g for g in gpus if g.verdict != "dedicated"]
+    assert len(shared) == 1 and {c.workload for c in shared[0].clients} == {"night", "day"}
+    assert shared[0].together_bytes == 50 * GIB
+    assert mps_pack.gpus_needed(gpus) == 3

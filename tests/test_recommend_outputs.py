@@ -18,7 +18,7 @@ import yaml
 from exporter import catalog
 from exporter.recommend.outputs_data import render_json, render_yaml
 from exporter.recommend.outputs_html import render_html
-from exporter.recommend.outputs_migparted import render_migparted
+from exporter.recommend.outputs_migparted import device_ids, render_migparted
 from exporter.recommend.outputs_text import render_markdown, render_text
 from exporter.recommend.plan_file import load_plan, parse_plan
 from exporter.recommend.report import recommend
@@ -73,7 +73,7 @@ def validate_mig_parted(doc) -> list[str]:
 
 
 def _models_by_pci():
-    return {f"0x{m.pci_device_id:08X}": m for m in catalog.MODELS.values()}
+    return {pci: catalog.MODELS[key] for key in catalog.MODELS for pci in device_ids(key)}
 
 
 def test_mig_parted_output_matches_the_schema_and_every_layout_fits():
@@ -98,6 +98,37 @@ def test_mig_parted_has_one_config_per_distinct_layout():
     doc = yaml.safe_load(render_migparted(rec))
     planned = {g.config for p in rec.plans for g in p.gpus if g.change != "release"}
     assert set(doc["mig-configs"]) == planned
+
+
+def test_mig_parted_filters_name_every_pci_id_of_the_model():
+    """A config that would skip the PCIe cards does nothing there: SXM and PCIe ids are both listed."""
+    rec = recommend(load_plan(str(EXAMPLES / "mixed-inference.yaml")))
+    doc = yaml.safe_load(render_migparted(rec))
+    filters = {tuple(e["device-filter"]) for entries in doc["mig-configs"].values() for e in entries}
+    assert ("0x20B210DE", "0x20B510DE") in filters  # A100 80GB SXM4 and PCIe
+    assert all("0x233010DE" in f and "0x233110DE" in f for f in filters if "0x233010DE" in f)  # H100 SXM5, PCIe
+    assert device_ids("H200") == ["0x233510DE", "0x233B10DE"]
+    assert device_ids("A100-40GB") == ["0x20B010DE", "0x20F110DE"]
+
+
+def test_mig_parted_lists_released_gpus_explicitly_and_names_its_basis():
+    """Every GPU of an existing node is listed by index (released ones in an entry of their own, MIG
+    off), so no `devices: all` entry catches them; the header names the plan, input and date."""
+    rec = recommend(parse_plan({
+        "gpu_model": "H100-80GB",
+        "fleet": [{"node": "gpu-node-1.example:18474", "gpu_model": "H100-80GB", "gpus": 3,
+                   "layout": {"1g.20gb": 4}}],
+        "workloads": [{"name": "llama", "count": 4, "params": "8B", "precision": "fp16"}],
+    }, "plan.yaml"))
+    text = render_migparted(rec)
+    doc = yaml.safe_load(text)
+    assert validate_mig_parted(doc) == []
+    (name,) = doc["mig-configs"]
+    assert name == "node-gpu-node-1.example-18474"
+    entries = doc["mig-configs"][name]
+    assert [(e["devices"], e["mig-enabled"]) for e in entries] == [([0], True), ([1, 2], False)]
+    assert "released on gpu-node-1.example:18474: gpu1, gpu2" in text
+    assert "# input: plan plan.yaml" in text and "undated plan" in text
 
 
 def test_mig_parted_gives_a_node_with_mixed_layouts_its_own_config():
@@ -140,9 +171,40 @@ def test_text_and_markdown_show_the_table_and_reasons():
     """Text has the GPU table and reasons; markdown a pipe table."""
     rec = recommend(load_plan(str(EXAMPLES / "llama-8b-x4.yaml")))
     text = render_text(rec)
-    assert "all-1g.20gb" in text and "(optimal" in text and "llama-3.1-8b#4" in text
+    assert "all-1g.20gb" in text and "(optimal" in text and "llama-3.1-8b #4" in text
     md = render_markdown(rec)
-    assert "| GPU | change | config | instances |" in md
+    assert "| GPU | change | now | config | instances |" in md
+
+
+def test_text_uses_plural_forms_and_says_the_summary_once():
+    """'1 GPU', '1 workload'; the kept/reconfigured/released/added summary appears once."""
+    rec = recommend(parse_plan({
+        "gpu_model": "H100-80GB", "fleet": [{"node": "n1", "gpu_model": "H100-80GB", "gpus": 2}],
+        "workloads": [{"name": "big", "memory": "60GiB"}]}))
+    text = render_text(rec)
+    assert "1 GPU " in text or "1 GPU:" in text or "1 GPU (" in text
+    assert "1 GPUs" not in text and "1 workloads" not in text
+    assert text.count("kept,") == 1 and text.count("Summary:") == 1
+    assert "H100-80GB: 1 GPU (the fleet has 2): 1 kept, 0 reconfigured, 1 released, 0 to add" in text
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "yaml", "markdown", "html", "mig-parted"])
+def test_the_same_input_gives_the_same_bytes(fmt):
+    """No clock and no solve time in any format: two runs render byte-identical output."""
+    from exporter.recommend.command import render
+
+    plan = load_plan(str(EXAMPLES / "mixed-inference.yaml"))
+    assert render(recommend(plan), fmt) == render(recommend(plan), fmt)
+
+
+def test_text_and_mig_parted_name_the_same_configs():
+    """The configs the text report names are the ones the mig-parted file defines."""
+    rec = recommend(load_plan(str(EXAMPLES / "mixed-inference.yaml")))
+    doc = yaml.safe_load(render_migparted(rec))
+    named = {g.config for p in rec.plans for g in p.gpus}
+    assert named == set(doc["mig-configs"])
+    text = render_text(rec)
+    assert all(config in text for config in named)
 
 
 class _Svgs(HTMLParser):
@@ -167,6 +229,33 @@ def test_html_has_one_gpu_svg_per_gpu_and_fetches_nothing():
     assert not parser.external
     assert parser.classes.count("gpu") == sum(len(p.gpus) for p in rec.plans)
     assert parser.classes.count("stagger") == 1
+
+
+def test_html_has_a_stamp_legend_how_to_apply_axes_and_full_names():
+    """What a reader needs: the plan's date and the exporter version, a legend, how to apply it, axes
+    and a time scale on the MPS timeline, and workload names in full."""
+    rec = recommend(load_plan(str(EXAMPLES / "wan22-5b-x3.yaml")))
+    page = render_html(rec)
+    assert "Undated plan (no observed input) &middot; gpushare-exporter " in page
+    assert "<h2>Legend</h2>" in page and "stranded" in page and "free at the peak moment" in page
+    assert "<h2>How to apply</h2>" in page and "nvidia.com/mig.config=" in page and "nvidia-mig-parted apply" in page
+    assert ">GiB</text>" in page and " min</text>" in page and "device memory 79.3 GiB" in page
+    assert page.count("wan2.2-t2v-5b") >= 6  # full names in the lists under the GPUs and in the tables
+
+
+def test_html_compares_models_side_by_side():
+    """With several GPU models the summary is one column per model."""
+    from exporter.recommend.demand import merge
+
+    plan = load_plan(str(EXAMPLES / "llama-8b-x4.yaml"))
+    from dataclasses import replace
+
+    rec = recommend(replace(merge([plan]), targets=("H100-80GB", "A100-80GB", "B200")))
+    page = render_html(rec)
+    head = page[page.index("<h2>Summary</h2>"):]
+    head = head[:head.index("</table>")]
+    assert head.count("<th>H100-80GB</th>") == head.count("<th>A100-80GB</th>") == head.count("<th>B200</th>") == 1
+    assert "kept / reconfigured / released / added" in head
 
 
 def _png_pixels(data: bytes):

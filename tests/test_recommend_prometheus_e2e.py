@@ -1,100 +1,166 @@
-"""`recommend --prometheus` against a real Prometheus holding backfilled exporter history."""
+"""`recommend --prometheus` against a real Prometheus.
+
+Two kinds of history, both holding only what the exporter really serves:
+- backfilled: the churn fleet (examples/scenarios/churn-node-*.yaml) played through the whole
+  exporter pipeline every 15 s, each page written as one scrape of a target named like a real
+  node (``gpu-node-a.example.com:18474``: dots, dashes and a colon in the ``instance`` label),
+  with a five-minute scrape gap on node B, then ``promtool tsdb create-blocks-from openmetrics``;
+- live: simulated exporters on 127.0.0.1 scraped every second by Prometheus with its default
+  labels (``instance="127.0.0.1:PORT"``).
+"""
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
+import contextlib
+import io
+import json
 import time
-import urllib.request
 
 import pytest
 
-from exporter.recommend.observed import ObservedFleet
-from exporter.recommend.prometheus_input import load_prometheus
+from exporter import cli
+from tests.conftest import require_binary
+from tests.sim_history import SCENARIOS, BackfilledPrometheus, openmetrics, pages
+from tests.sim_snapshots import snapshot_lines
 
 pytestmark = pytest.mark.e2e
+EPOCH = 1_760_000_007.0  # scrapes off the 15 s grid Prometheus evaluates on, as real ones are
+NODE_A, NODE_B = "gpu-node-a.example.com:18474", "gpu-node-b.example.com:18474"
+TIMES = [float(t) for t in range(0, 1800, 15)]
+GAP = (600, 900)  # node B not scraped from 10 to 15 minutes
 GIB = 2**30
 
 
-def _openmetrics(now: int) -> str:
-    """One H100 node over the last hour: a server all along, a 10-minute job that peaks at the end."""
-    start = now - 3600
-    base = 'instance="n1:9835",job="gpushare",gpu="0",uuid="GPU-a"'
-    lines = ["# TYPE gpushare_gpu_info gauge"]
-    lines += [f'gpushare_gpu_info{{{base},name="NVIDIA H100 80GB HBM3",mig_mode="false",sharing="mps"}} 1 {t}'
-              for t in range(start, now, 15)]
-    lines.append("# TYPE gpushare_process_memory_used_bytes gauge")
-    job = range(start + 600, start + 1200, 15)
-    lines += [f'gpushare_process_memory_used_bytes{{{base},gi="",pid="1",process="train",sharing="mps"}} '
-              f"{(30 if t >= start + 1100 else 10) * GIB} {t}" for t in job]
-    lines += [f'gpushare_process_memory_used_bytes{{{base},gi="",pid="2",process="serve",sharing="mps"}} '
-              f"{20 * GIB} {t}" for t in range(start, now, 15)]
-    lines.append("# TYPE gpushare_process_sm_utilization_ratio gauge")
-    lines += [f'gpushare_process_sm_utilization_ratio{{{base},gi="",pid="1",process="train",sharing="mps"}} 0.5 {t}'
-              for t in job]
-    lines.append("# TYPE gpushare_gpu_sm_active_ratio gauge")
-    lines += [f"gpushare_gpu_sm_active_ratio{{{base}}} 0.6 {t}" for t in range(start, now, 15)]
-    return "\n".join(lines + ["# EOF"]) + "\n"
+def recommend(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = cli.main(["recommend", *argv])
+    return status, out.getvalue(), err.getvalue()
 
 
-def _binary(name: str) -> str:
-    """Like conftest.require_binary: skipped on a developer machine, a failure under CI."""
-    path = shutil.which(name)
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{name} not installed; .ci/run should have installed it")
-        pytest.skip(f"{name} not installed (apt-get install prometheus)")
-    return path
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    prometheus, promtool = require_binary("prometheus"), require_binary("promtool")
+    a = pages(SCENARIOS / "churn-node-a.yaml", TIMES)
+    b = [p for p in pages(SCENARIOS / "churn-node-b.yaml", TIMES) if not GAP[0] <= p[0] < GAP[1]]
+    om = openmetrics({NODE_A: a, NODE_B: b}, EPOCH)
+    with BackfilledPrometheus(tmp_path_factory.mktemp("history"), om, prometheus, promtool) as prom:
+        yield prom.url
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def plan_json(url: str, *extra: str) -> dict:
+    status, out, err = recommend("--prometheus", url, "--window", "30m", "--at", f"{EPOCH + 1793:.0f}",
+                                 "--format", "json", *extra)
+    assert status == 0, err
+    return json.loads(out)
 
 
-@pytest.fixture
-def prometheus(tmp_path, promtool):
-    """A Prometheus on 127.0.0.1 serving a TSDB backfilled with promtool; its URL."""
-    binary = _binary("prometheus")
-    (tmp_path / "history.om").write_text(_openmetrics(int(time.time())))
-    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / "history.om"),
-                    str(tmp_path / "data")], check=True, capture_output=True, timeout=120)
-    (tmp_path / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\n")
-    port = _free_port()
-    proc = subprocess.Popen([binary, f"--config.file={tmp_path / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(150):
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            pytest.fail("prometheus did not become ready")
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+def test_history_gives_the_true_peak_concurrency_and_the_optimal_gpu_count(history):
+    """Workloads and how many of each ran at once; five H100s where the fleet runs six (hand count in
+    docs/recommend.md: the balanced MIG GPU and the two MPS GPUs are kept, the ETL GPU's jobs and node
+    B's replicas share one 3g+4g GPU, the batch GPU stays whole)."""
+    data = plan_json(history)
+    (model,) = data["models"]
+    at_once = {w["name"]: w["at_once"] for w in model["workloads"]}
+    assert at_once["k8s:prod/web/server"] == 6  # four on node A (after the scale-up) + two on node B
+    assert at_once["python3 etl.py"] == 1 and at_once["python3 embed.py --batch 64"] == 4
+    assert at_once["python3 train.py --config resnet.yaml"] == 1  # three runs, one after another
+    assert model["gpus_needed"] == 5 and model["available_gpus"] == 7
+    assert model["summary"] == {"kept": 4, "reconfigured": 1, "released": 2, "added": 0}
+    (gap,) = data["basis"]["gaps"]  # 300 s without scrapes; the last one before stays fresh 16.5 s
+    assert gap.startswith(f"{NODE_B}: no data for 285 s after ")
+    assert {g["node"] for g in model["gpus"]} == {NODE_A, NODE_B}
+    # What runs now, from mig_mode="enabled" + gpushare_mig_info and the sharing label:
+    now = {(g["node"], g["index"]): (g["current"], g["change"]) for g in model["gpus"]}
+    assert now[(NODE_A, 0)] == ("MIG 2x1g.10gb + 2g.20gb + 3g.40gb", "keep")
+    assert now[(NODE_B, 1)] == ("MIG 7x1g.10gb", "keep")
+    assert now[(NODE_A, 1)] == ("MIG off, MPS", "keep")
 
 
-def test_real_prometheus_history(prometheus):
-    """The real PromQL: peaks from max_over_time, SMs, the MPS pair running together, and the job's
-    timeline ending when its samples stop (not 5 minutes later, Prometheus's lookback)."""
-    fleet = ObservedFleet()
-    load_prometheus(prometheus, "2h", fleet)
-    demand = fleet.to_demand(margin=0.0)
-    by_name = {w.name: w for w in demand.workloads}
-    train, serve = by_name["n1:9835:train[1]"], by_name["n1:9835:serve[2]"]
-    assert train.peak_memory_bytes == 30 * GIB and serve.peak_memory_bytes == 20 * GIB
-    assert train.compute_sms == pytest.approx(0.5 * 132)
-    assert serve.timeline is None  # alive for the whole window: no start or end seen
-    assert 585 <= train.duration_seconds <= 630  # 600 s of samples, give or take one step
-    (shared,) = demand.shared
-    assert set(shared.workloads) == {train.name, serve.name}
+def test_history_and_snapshots_of_the_same_fleet_give_the_same_plan(history, tmp_path):
+    """--snapshot files of the same scenarios (the same gap) plan the same GPUs, layouts and changes."""
+    files = []
+    for node, scenario in (("a", "churn-node-a"), ("b", "churn-node-b")):
+        lines = snapshot_lines(SCENARIOS / f"{scenario}.yaml", TIMES)
+        if node == "b":
+            lines = [line for line, t in zip(lines, TIMES) if not GAP[0] <= t < GAP[1]]
+        path = tmp_path / f"{node}.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        files += ["--snapshot", f"{(NODE_A, NODE_B)[node == 'b']}={path}"]
+    status, out, err = recommend(*files, "--format", "json")
+    assert status == 0, err
+    from_snapshots = json.loads(out)["models"][0]
+    from_history = plan_json(history)["models"][0]
+
+    def shape(model):
+        return sorted((g["node"], g["index"], g["change"], g["config"]) for g in model["gpus"])
+
+    assert shape(from_snapshots) == shape(from_history)
+
+
+def test_a_window_of_a_week_reads_the_same_history(history):
+    """A 7-day window over the same half hour: coarser steps (302 s), the same plan."""
+    status, out, err = recommend("--prometheus", history, "--window", "7d", "--at", f"{EPOCH + 1793:.0f}",
+                                 "--format", "json")
+    assert status == 0, err
+    model = json.loads(out)["models"][0]
+    assert model["gpus_needed"] == 5
+    assert {w["name"]: w["at_once"] for w in model["workloads"]}["python3 etl.py"] == 1
+
+
+def test_runs_and_formats_agree(history):
+    """Two runs with the same --at give the same bytes; the mig-parted file defines the configs the
+    JSON plan names, with every GPU of each node listed."""
+    args = ("--prometheus", history, "--window", "30m", "--at", f"{EPOCH + 1793:.0f}")
+    first, second = recommend(*args, "--format", "text"), recommend(*args, "--format", "text")
+    assert first == second and first[0] == 0
+    import yaml
+
+    mig = yaml.safe_load(recommend(*args, "--format", "mig-parted")[1])
+    model = plan_json(history)["models"][0]
+    for node in (NODE_A, NODE_B):
+        entries = mig["mig-configs"][f"node-{node.replace(':', '-')}"]
+        listed = sorted(i for e in entries for i in e["devices"])
+        assert listed == sorted(g["index"] for g in model["gpus"] if g["node"] == node)
+
+
+def test_margin_and_quantile_flags_size_the_workloads(history):
+    """--margin 0 plans the replicas at their observed 16 GiB."""
+    model = plan_json(history, "--margin", "0", "--quantile", "1")["models"][0]
+    web = next(w for w in model["workloads"] if w["name"] == "k8s:prod/web/server")
+    assert web["need_bytes"] == 16 * GIB
+
+
+def test_live_fleet_with_churn_needs_no_more_gpus_than_it_runs():
+    """Three simulated nodes (the churn fleet and h100-mixed-node, 323 jobs) scraped live with
+    Prometheus's default labels: the plan never needs more GPUs than the nodes really use."""
+    from tests.promstack import Prometheus, start_exporter
+
+    require_binary("prometheus")
+    scenarios = ("churn-node-a", "churn-node-b", "h100-mixed-node")
+    with contextlib.ExitStack() as stack:
+        exporters = [stack.enter_context(start_exporter(SCENARIOS / f"{s}.yaml", speed=60, interval=0.5))
+                     for s in scenarios]
+        prom = stack.enter_context(Prometheus({"gpushare": [e.target for e in exporters]}))
+        started = time.time()
+        prom.wait_for("gpushare_gpu_info")
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:  # until every scenario has played its 30 minutes
+            done = prom.query("min(gpushare_simulation_time_seconds) >= 1800")
+            if done:
+                break
+            time.sleep(1)
+        time.sleep(2)
+        window = f"{int(time.time() - started) + 5}s"
+        in_use = prom.query(f'count(count by (instance, uuid) (last_over_time(gpushare_process_memory_used_bytes'
+                            f'{{process!="nvidia-cuda-mps-server"}}[{window}])))')
+        at = f"{time.time():.0f}"
+        status, out, err = recommend("--prometheus", prom.url, "--window", window, "--at", at, "--format", "json")
+        assert status == 0, err
+        again = recommend("--prometheus", prom.url, "--window", window, "--at", at, "--format", "json")[1]
+    data = json.loads(out)
+    (model,) = data["models"]
+    assert {g["node"] for g in model["gpus"]} == {e.target for e in exporters}
+    assert model["gpus_needed"] <= int(float(in_use[0]["value"][1]))
+    assert model["available_gpus"] == 15
+    assert out == again

@@ -1,4 +1,9 @@
-"""exporter snapshot: poll the GPUs once and print the Snapshot as JSON."""
+"""exporter snapshot: poll the GPUs once and print the Snapshot as JSON.
+
+The output is one JSON document on one line (JSON Lines), so that appending snapshots to a file
+(``while sleep 15; do exporter snapshot >> node.jsonl; done``) makes a file `exporter recommend
+--snapshot` reads; ``--pretty`` indents it for people.
+"""
 
 from __future__ import annotations
 
@@ -32,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--at", type=_at_seconds, metavar="TIME", help="with --simulate: the scenario time to poll at, in seconds"
     )
+    parser.add_argument(
+        "--pretty", action="store_true",
+        help="indent the JSON (the default is one line, so `>> file.jsonl` appends one snapshot a line)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,5 +69,5 @@ def run(args: argparse.Namespace) -> int:
         snapshot = backend.poll()
     finally:
         backend.close()
-    sys.stdout.write(snapshot_json.dumps(snapshot, indent=2) + "\n")
+    sys.stdout.write(snapshot_json.dumps(snapshot, indent=2 if args.pretty else None) + "\n")
     return 0

@@ -1,27 +1,36 @@
-"""Demand model: what each workload needs, whatever the source (observed usage or a plan).
+"""Demand model: what each workload needs, how many of it run at once, whatever the source.
 
-Memory is the hard constraint (a MIG instance or an MPS client that runs out is killed), so
-each workload carries its peak and a margin; compute is soft (too few SMs is slower, not
-fatal) and is kept in *SM-equivalents* so that needs observed on one profile compare with
+A *workload* is what the foresight calls a workload (Kubernetes owner, cleaned command line,
+config rules; exporter.foresight.workload), never a process id: the replicas of a
+deployment and the successive runs of a job are *instances* of one workload. Per workload:
+
+- ``peak_memory_bytes``: a high quantile of its instances' peaks (observed) or the planned
+  size; ``memory_need_bytes`` adds the margin (see ``memory_need_bytes`` for its cap);
+- ``count``: the most instances alive at once, and ``counts``: instances alive over time on
+  the Demand's ``grid`` (observed inputs). The planner covers the peak of what is alive
+  *together*, so jobs that ran one after another share a slot.
+
+Memory is the hard constraint (a MIG instance or an MPS client that runs out is killed);
+compute is soft and kept in *SM-equivalents*, so needs observed on one profile compare with
 the SM counts of another: a process busy 50% of the time on a 16-SM 1g instance needs 8.
 
-Margins (documented in docs/recommend.md):
-- observed peaks get ``DEFAULT_OBSERVED_MARGIN`` (10%): a window's maximum is a lower bound
-  of the true peak, and the next batch may be a little bigger;
-- planned sizes get no margin by default: the sizing rule (params x bytes x 1.2) already
-  holds 20% for activations and KV cache, and an explicit ``memory:`` is the engineer's own
-  number. A plan file may set ``margin:``.
+Margins (docs/recommend.md): observed peaks get ``DEFAULT_OBSERVED_MARGIN`` (a window's
+maximum is a lower bound of the true peak); planned sizes get none by default (the sizing
+rule already holds 20% for activations, an explicit ``memory:`` is the engineer's number).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property
+
+import numpy as np
 
 from exporter.catalog import MIB, GpuModel
 
 DEFAULT_OBSERVED_MARGIN = 0.10
+DEFAULT_PEAK_QUANTILE = 0.95
 
 # Bytes per parameter by precision (seed 004: "determine the precision of the model").
 PRECISION_BYTES: dict[str, float] = {
@@ -42,27 +51,51 @@ def rule_sized_bytes(params: float, precision: str) -> int:
     return math.ceil(params * PRECISION_BYTES[precision] * SIZING_OVERHEAD)
 
 
-@dataclass(frozen=True)
-class Workload:
-    """One thing that needs a GPU slice: a process seen running, or one replica of a plan."""
+def upper_quantile(values, q: float) -> float:
+    """Nearest-rank quantile (the smallest value with at least q of the values at or below it).
 
-    name: str  # unique in a Demand, e.g. "llama-8b#2" or "node-a:python3[4242]"
-    peak_memory_bytes: int  # observed maximum or planned peak, before the margin
+    Always one of the values, never an interpolation: with fewer than 1/(1-q) values it is
+    the maximum, so a handful of replicas is planned at its largest.
+    """
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("upper_quantile of nothing")
+    rank = max(1, math.ceil(q * len(ordered) - 1e-9))
+    return ordered[rank - 1]
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """One workload: its size per instance, its compute need, how many instances run at once."""
+
+    name: str  # the workload key (observed) or the plan's name; unique in a Demand
+    peak_memory_bytes: int  # per instance, before the margin
     margin_ratio: float = 0.0
-    compute_sms: float | None = None  # SM-equivalents (busy fraction x SMs it ran on); None unknown
+    count: int = 1  # most instances alive at once
+    counts: np.ndarray | None = None  # instances alive per point of Demand.grid; None: `count` always
+    compute_sms: float | None = None  # SM-equivalents per instance; None unknown
     compute_fraction: float | None = None  # plan only: share of a whole GPU of the target model
     tensor_ratio: float | None = None  # tensor-pipe activity 0..1 where it ran; None unknown
-    timeline: Timeline | None = None  # memory over the workload's life, before the margin
+    timeline: Timeline | None = None  # memory over one instance's life, before the margin
     gpu_model: str | None = None  # catalog key it must run on (observed: where it ran); None any
-    node: str | None = None  # node it runs on now (observed only)
-    location: str = ""  # where it runs now, e.g. "node-a gpu0 gi7 (3g.40gb)"; "" for plans
-    sized_by: str = "explicit"  # "observed peak", "explicit", "params x bytes x 1.2"
-    mps_group: str | None = None  # key of the device it shares with other clients now
+    location: str = ""  # where it runs now, e.g. "node-a gpu0 gi7 (3g.40gb), node-b gpu2"
+    sized_by: str = "explicit"  # "observed peak (q0.95 of 12 instances)", "params x bytes x 1.2", ...
+    # The margin never pushes the need above this: the smallest device the workload ran on
+    # without an OOM kill (it ran there, so it fits there). None: no cap.
+    memory_cap_bytes: int | None = None
+    max_peak_bytes: int | None = None  # largest instance peak seen (observed only)
+    instances: int | None = None  # instances seen (observed only)
+    samples: int | None = None  # memory samples behind the peak (observed only)
+    gpus_seen: tuple[tuple[str, int], ...] = ()  # (node, GPU index) it ran on (observed only)
+    slots_seen: tuple[str, ...] = ()  # MIG profiles it ran in, "full" for a whole GPU (observed only)
 
     @cached_property  # frozen dataclasses keep a __dict__, so caching works; planning asks often
     def memory_need_bytes(self) -> int:
-        """Peak plus margin, bytes: what a slice or an MPS limit must hold."""
-        return math.ceil(self.peak_memory_bytes * (1.0 + self.margin_ratio))
+        """Peak plus margin, bytes, capped at ``memory_cap_bytes`` but never below the peak."""
+        need = math.ceil(self.peak_memory_bytes * (1.0 + self.margin_ratio))
+        if self.memory_cap_bytes is not None:
+            need = max(self.peak_memory_bytes, min(need, self.memory_cap_bytes))
+        return need
 
     @cached_property
     def memory_need_mib(self) -> int:
@@ -86,6 +119,12 @@ class Workload:
     def compute_known(self) -> bool:
         return self.compute_sms is not None or self.compute_fraction is not None
 
+    def alive(self, points: int) -> np.ndarray:
+        """Instances alive at each of ``points`` grid points."""
+        if self.counts is None:
+            return np.full(points, self.count, dtype=np.int64)
+        return np.asarray(self.counts, dtype=np.int64)
+
 
 @dataclass(frozen=True)
 class FleetGpu:
@@ -97,18 +136,71 @@ class FleetGpu:
     uuid: str = ""
     # Current MIG layout as (profile, start) pairs; None when MIG is off or unknown.
     layout: tuple[tuple[str, int], ...] | None = None
+    sharing: str = ""  # as exported: exclusive, time_slicing, mps, mig, mig+mps, idle ("" unknown)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SharedDevice:
-    """A GPU or MIG instance that several workloads share now (MPS or time-slicing)."""
+    """A GPU or MIG instance where several instances ran at the same time (MPS or time-slicing).
 
-    key: str  # e.g. "node-a gpu0" or "node-a gpu0 gi3 (3g.40gb)"
+    The planner may keep such a group together ("as it runs now": one slot holding the group's
+    summed memory) or break it up into one slot per instance.
+    """
+
+    key: str  # "node-a gpu0" or "node-a gpu0 gi3 (3g.40gb)"
     model: str
     capacity_bytes: int  # memory of the device the clients share
     sms: int  # SMs of that device
     mps: bool  # True under MPS (limits apply); False for time-slicing
-    workloads: tuple[str, ...]
+    workloads: tuple[str, ...]  # names of the workloads that ran there
+    node: str = ""
+    gpu_index: int | None = None
+    gi: str = ""  # "" for a whole GPU
+    counts: dict[str, np.ndarray] | None = None  # per workload, instances alive here per grid point
+    concurrency: int = 0  # most instances alive here at once
+    together_peak_bytes: int = 0  # most memory the instances held here at one time
+    alive: np.ndarray | None = None  # grid points where anything ran here
+    oom: bool = False  # an OOM kill was seen on this device
+    profile: str | None = None  # MIG profile of the instance; None for a whole GPU
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Time points (Unix or scenario seconds) the observed counts are given at.
+
+    Each point stands for the interval up to the next one (snapshots) or the bucket ending
+    at it (Prometheus, ``step`` seconds long); counts there are the most instances alive.
+    """
+
+    times: tuple[float, ...]
+    step: float | None = None  # bucket length for Prometheus; None for snapshot sample times
+    clock: str = "unix"  # "unix" or "scenario" (simulated snapshots count from the scenario start)
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What the plan rests on, printed with it (docs/recommend.md "Basis")."""
+
+    start: float | None = None  # first and last moment observed (grid clock)
+    end: float | None = None
+    clock: str = "unix"
+    samples: int = 0  # memory samples read
+    instances: int = 0  # workload instances seen (processes / series)
+    nodes: int = 0
+    min_window_seconds: float = 0.0  # shorter than this: the plan is a draft
+    gaps: tuple[str, ...] = ()  # scrape or snapshot gaps, described
+    learned_profiles: int = 0  # workloads whose size came from learned profiles
+
+    @property
+    def window_seconds(self) -> float:
+        if self.start is None or self.end is None:
+            return 0.0
+        return max(0.0, self.end - self.start)
+
+    @property
+    def draft(self) -> bool:
+        """True for observed input shorter than the minimum window."""
+        return self.start is not None and self.window_seconds < self.min_window_seconds
 
 
 @dataclass(frozen=True)
@@ -121,32 +213,49 @@ class Demand:
     targets: tuple[str, ...] = ()  # model keys for workloads without gpu_model
     sources: tuple[str, ...] = ()  # human description of each input, for the report
     notes: tuple[str, ...] = ()  # things the inputs could not use, said once each
+    grid: Grid | None = None  # None: every workload runs `count` instances all the time
+    basis: Basis = field(default_factory=Basis)
+
+    @property
+    def points(self) -> int:
+        return len(self.grid.times) if self.grid else 1
 
 
 def merge(demands: list[Demand]) -> Demand:
-    """One Demand from several inputs; workload names must stay unique."""
+    """One Demand from several inputs; workload names stay unique.
+
+    Two observed inputs on different clocks cannot be lined up in time: the second one's
+    workloads are then held at their peak concurrency over the first one's grid (as if both
+    peaked together, the safe side), and a note says so.
+    """
+    grids = [d for d in demands if d.grid is not None]
+    base = grids[0] if grids else None
+    notes = [n for d in demands for n in d.notes]
     seen: set[str] = set()
     workloads = []
     for d in demands:
         for w in d.workloads:
-            name = w.name
-            n = 2
-            while name in seen:  # the same pod seen by two inputs: keep both, renamed
+            name, n = w.name, 2
+            while name in seen:  # the same workload seen by two inputs: keep both, renamed
                 name = f"{w.name}~{n}"
                 n += 1
             seen.add(name)
-            workloads.append(w if name == w.name else _renamed(w, name))
+            if d.grid is not None and d is not base:
+                w = replace(w, counts=None)
+            workloads.append(w if name == w.name else replace(w, name=name))
+    if len(grids) > 1:
+        notes.append("several observed inputs on their own clocks: each one's workloads are assumed "
+                     "to peak at the same moment as the others'")
+    # Devices of another clock keep their advice but are not offered to the planner as groups.
+    shared = tuple(s if d is base or d.grid is None else replace(s, counts=None, alive=None)
+                   for d in demands for s in d.shared)
     return Demand(
         workloads=tuple(workloads),
         gpus=tuple(g for d in demands for g in d.gpus),
-        shared=tuple(s for d in demands for s in d.shared),
+        shared=shared,
         targets=tuple(dict.fromkeys(t for d in demands for t in d.targets)),
         sources=tuple(s for d in demands for s in d.sources),
-        notes=tuple(n for d in demands for n in d.notes),
+        notes=tuple(dict.fromkeys(notes)),
+        grid=base.grid if base else None,
+        basis=base.basis if base else Basis(),
     )
-
-
-def _renamed(w: Workload, name: str) -> Workload:
-    from dataclasses import replace
-
-    return replace(w, name=name)

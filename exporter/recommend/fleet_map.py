@@ -1,10 +1,11 @@
-"""Puts planned GPUs on the fleet's GPUs, changing as few as possible.
+"""Puts planned GPUs on the fleet's GPUs: the planner decided how many keep their layout, this
+module decides which.
 
-1. A planned layout that a GPU already has (same profiles, any positions) stays there, at
-   that GPU's positions: nothing to drain or repartition (change "keep").
-2. The other planned GPUs go to the remaining GPUs node by node, sorted by configuration so
-   a node tends to get one configuration (mig-parted applies one per node label):
-   "reconfigure".
+1. A planned GPU marked ``keep`` goes to a fleet GPU whose current layout has the same slots
+   (the GPU of a group kept together first, then the lowest node and index); its instances
+   take that GPU's positions and names (a ``1g.10gb+me`` stays one): nothing to drain.
+2. The other planned GPUs go to the remaining fleet GPUs, idle ones first (nothing to drain),
+   then node by node, sorted by configuration so a node tends to get one: "reconfigure".
 3. Planned GPUs beyond the fleet are "new"; fleet GPUs no plan needs are "release".
 """
 
@@ -17,68 +18,118 @@ from exporter.catalog import GpuModel
 from exporter.recommend.demand import FleetGpu
 from exporter.recommend.result import GpuPlan
 
-
-def _profiles(gpu: GpuPlan) -> Counter | None:
-    return Counter(i.profile for i in gpu.instances) if gpu.mig_enabled else None
-
-
-def _current(fleet_gpu: FleetGpu) -> Counter | None:
-    return None if fleet_gpu.layout is None else Counter(p for p, _ in fleet_gpu.layout)
+SHARING_WORDS = {"mps": "MPS", "time_slicing": "time-slicing", "exclusive": "one process at a time",
+                 "idle": "idle"}
 
 
-def _key(counts: Counter | None) -> tuple | None:
-    return None if counts is None else tuple(sorted(counts.items()))
-
-
-def describe(layout) -> str:
-    """Human form of a current layout: 'MIG off' or '2x3g.40gb'."""
+def describe(gpu: FleetGpu | None, layout=None) -> str:
+    """What a fleet GPU is now: 'MIG off, MPS' or 'MIG 2x3g.40gb'."""
+    layout = gpu.layout if gpu is not None else layout
     if layout is None:
-        return "MIG off"
+        how = SHARING_WORDS.get(gpu.sharing if gpu is not None else "", "")
+        return "MIG off" + (f", {how}" if how else "")
     counts = Counter(p for p, _ in layout)
-    return " + ".join(f"{n}x{p}" for p, n in sorted(counts.items())) or "MIG on, no instances"
+    return ("MIG " + " + ".join(f"{n}x{p}" if n > 1 else p for p, n in sorted(counts.items()))
+            if counts else "MIG on, no instances")
 
 
-def _at(plan: GpuPlan, fleet_gpu: FleetGpu, change: str) -> GpuPlan:
+def _kept_at(plan: GpuPlan, fleet_gpu: FleetGpu) -> GpuPlan:
+    """``plan`` on ``fleet_gpu``, at its current positions and profile names."""
     instances = plan.instances
-    if change == "keep" and plan.mig_enabled:
-        starts = defaultdict(list)
-        for profile, start in sorted(fleet_gpu.layout or ()):
-            starts[profile].append(start)
-        instances = tuple(replace(i, start=starts[i.profile].pop(0)) for i in plan.instances)
-        instances = tuple(sorted(instances, key=lambda i: i.start))
-    return replace(plan, node=fleet_gpu.node, index=fleet_gpu.index, change=change,
-                   instances=instances, current=describe(fleet_gpu.layout))
+    if plan.mig_enabled and fleet_gpu.layout:
+        spots = defaultdict(list)
+        for profile, start in sorted(fleet_gpu.layout):
+            spots[profile.removesuffix("+me")].append((profile, start))
+        moved = []
+        for inst in plan.instances:
+            profile, start = spots[inst.profile].pop(0)
+            moved.append(replace(inst, profile=profile, start=start))
+        instances = tuple(sorted(moved, key=lambda i: i.start))
+    return replace(plan, node=fleet_gpu.node, index=fleet_gpu.index, change="keep", instances=instances,
+                   current=describe(fleet_gpu))
 
 
-def assign(model: GpuModel, planned: list[GpuPlan], existing: list[FleetGpu]) -> list[GpuPlan]:
-    """``planned`` placed on ``existing`` (same model), plus releases for unused GPUs."""
-    ordered = sorted(existing, key=lambda g: (g.node, g.index))
-    by_layout: dict[tuple | None, list[FleetGpu]] = defaultdict(list)
-    for g in reversed(ordered):  # popped from the end: lowest node/index first
-        by_layout[_key(_current(g))].append(g)
-    taken: set[tuple[str, int]] = set()
+def assign(model: GpuModel, planned: list[tuple[GpuPlan, tuple, bool, tuple | None]],
+           existing: list[tuple[FleetGpu, tuple | None]]) -> list[GpuPlan]:
+    """``planned`` (plan, pattern, keep, preferred (node, index)) on ``existing`` (GPU, current
+    pattern) of one model, plus releases for the fleet GPUs left over."""
+    ordered = sorted(existing, key=lambda e: (e[0].node, e[0].index))
+    free = {(g.node, g.index): (g, p) for g, p in ordered}
     out: list[GpuPlan | None] = [None] * len(planned)
-    for i, plan in enumerate(planned):  # 1. keep what is already right
-        same = by_layout.get(_key(_profiles(plan)))
-        if same:
-            match = same.pop()
-            out[i] = _at(plan, match, "keep")
-            taken.add((match.node, match.index))
-    free = [g for g in ordered if (g.node, g.index) not in taken]
-    free.reverse()
-    rest = sorted((i for i, p in enumerate(out) if p is None), key=lambda i: (planned[i].config, i))
-    for i in rest:  # 2. repartition the others, node by node
-        if free:
-            out[i] = _at(planned[i], free.pop(), "reconfigure")
+    for i, (plan, pattern, keep, prefer) in enumerate(planned):
+        if not keep:
+            continue
+        candidates = [(g, p) for g, p in free.values() if p == pattern]
+        if not candidates:
+            continue
+        chosen = next((c for c in candidates if prefer and (c[0].node, c[0].index) == prefer), candidates[0])
+        del free[(chosen[0].node, chosen[0].index)]
+        out[i] = _kept_at(plan, chosen[0])
+    rest = sorted((i for i, p in enumerate(out) if p is None), key=lambda i: (planned[i][0].config, i))
+    # Repartition idle GPUs first (nothing to drain), then node by node.
+    remaining = sorted(free.values(), key=lambda e: (e[0].sharing != "idle", e[0].node, e[0].index))
+    for i in rest:
+        if not remaining:
+            break
+        gpu, _ = remaining.pop(0)
+        del free[(gpu.node, gpu.index)]
+        out[i] = replace(planned[i][0], node=gpu.node, index=gpu.index, change="reconfigure",
+                         current=describe(gpu))
     new = 0
-    for i, p in enumerate(out):  # 3. beyond the fleet
+    for i, p in enumerate(out):
         if p is None:
+            out[i] = replace(planned[i][0], node="new", index=new, change="new")
             new += 1
-            out[i] = replace(planned[i], node="new", index=new - 1, change="new")
-    released = [
-        GpuPlan(model.key, g.node, g.index, "", g.layout is not None, (), "release", 0,
-                "not needed by the plan", describe(g.layout))
-        for g in reversed(free)
-    ]
+    released = [GpuPlan(model.key, g.node, g.index, "all-disabled", False, (), "release", 0,
+                        "not needed by the plan: MIG disabled, free for other work", describe(g))
+                for g, _ in free.values()]
     placed = sorted(out, key=lambda g: (g.node == "new", g.node, g.index))
-    return [*placed, *released]
+    return [*placed, *sorted(released, key=lambda g: (g.node, g.index))]
+
+
+def settle(placed: list[GpuPlan], where: dict[str, set[tuple[str, int]]], capacity: int) -> list[GpuPlan]:
+    """Occupants moved, among instances of the same profile, onto GPUs where they run now.
+
+    The planner decides how many instances of each profile hold what at the peak moment, not
+    which GPU holds which; here an instance held by a workload (or a group kept as it runs now)
+    goes to a GPU it ran on when one has a matching instance. ``where`` maps an occupant label
+    to the (node, GPU index) pairs it ran on. Stranded memory follows the occupants.
+    """
+    slots: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for gi, g in enumerate(placed):
+        if g.change == "release":
+            continue
+        for ii, inst in enumerate(g.instances):
+            slots[inst.profile.removesuffix("+me")].append((gi, ii))
+    instances = [list(g.instances) for g in placed]
+    for spots in slots.values():
+        held = [instances[gi][ii] for gi, ii in spots]
+        occupants = [i for i in held if i.workload]
+        free = list(spots)
+        order: list[tuple[tuple[int, int], object]] = []
+        rest = []
+        for occ in occupants:
+            homes = where.get(occ.workload, set())
+            spot = next((s for s in free if (placed[s[0]].node, placed[s[0]].index) in homes), None)
+            if spot is None:
+                rest.append(occ)
+            else:
+                free.remove(spot)
+                order.append((spot, occ))
+        order += list(zip(free, rest + [None] * (len(free) - len(rest))))
+        for (gi, ii), occ in order:
+            slot = instances[gi][ii]
+            instances[gi][ii] = replace(slot, workload=occ.workload if occ else None,
+                                        need_bytes=occ.need_bytes if occ else None,
+                                        shortfall_sms=occ.shortfall_sms if occ else 0,
+                                        members=occ.members if occ else ())
+    out = []
+    for g, insts in zip(placed, instances):
+        if g.change == "release":
+            out.append(g)
+            continue
+        covered = sum(i.memory_bytes for i in insts)
+        stranded = max(0, capacity - covered) + sum(max(0, i.memory_bytes - i.need_bytes)
+                                                    for i in insts if i.need_bytes is not None)
+        out.append(replace(g, instances=tuple(insts), stranded_bytes=stranded))
+    return out

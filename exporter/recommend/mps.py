@@ -42,7 +42,9 @@ HEADROOM_WARNING = 0.05  # say "tight" when less than 5% of the device is left a
 
 @dataclass(frozen=True)
 class ClientAdvice:
-    workload: str
+    workload: str  # the workload; "name #2" for its second instance alive at once
+    peak_bytes: int  # learned or planned peak of one instance
+    margin_ratio: float  # the limit's margin over that peak
     need_bytes: int  # peak + margin: what the limit allows
     pinned_limit: str  # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT value, e.g. "0=20480M"
     active_thread_percentage: int  # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
@@ -57,12 +59,14 @@ class MpsAdvice:
     capacity_bytes: int
     sms: int
     clients: tuple[ClientAdvice, ...]
-    verdict: str  # fits | stagger | limit-concurrency | too-big
-    sum_of_peaks_bytes: int  # observed/planned peaks, no margin
+    verdict: str  # fits | stagger | limit-concurrency | too-big | dedicated
+    sum_of_peaks_bytes: int  # every client's peak added up, as if all peaked at once (no margin)
+    together_bytes: int  # the most the clients need at one time (time-resolved when known)
     max_concurrency: int  # any this many clients may run at once without exceeding capacity
     staggered_peak_bytes: int | None  # max of the summed memory with the offsets applied
     curve: tuple[tuple[float, int], ...]  # summed memory over time with offsets, for pictures
     reasons: tuple[str, ...]
+    gpus: int = 1  # GPUs this entry stands for (a workload larger than one GPU takes several)
 
 
 def grid_step(horizon_seconds: float) -> float:
@@ -183,17 +187,45 @@ def thread_percentage(w: Workload, device_sms: int, clients: int, model) -> int:
     return int(min(100, max(1, math.ceil(share * 100 - 1e-9))))
 
 
+def limit_bytes(w: Workload) -> int:
+    """The pinned limit of one client: its learned or planned peak plus its margin (never capped by
+    the device it ran on, unlike its planning need: the limit is what lets a runaway fail alone)."""
+    return math.ceil(w.peak_memory_bytes * (1.0 + w.margin_ratio))
+
+
 def pinned_limit(need_bytes: int) -> str:
     """CUDA_MPS_PINNED_DEVICE_MEM_LIMIT for the client's device 0 in whole MiB."""
     return f"0={-(-need_bytes // MIB)}M"
 
 
-def advise(device: str, model, capacity: int, sms: int, workloads: list[Workload],
-           max_stagger_share: float = MAX_STAGGER_SHARE) -> MpsAdvice:
-    """MPS settings and start offsets for ``workloads`` sharing one device."""
+def expand(clients: list[tuple[Workload, int | list[int]]]) -> list[tuple[str, Workload]]:
+    """One (label, workload) per instance: ``name`` alone, or ``name #k`` for instance k of several.
+
+    A client given with a list of numbers is those instances of its workload (the MPS
+    alternative numbers a workload's instances across every GPU it spreads over).
+    """
+    out = []
+    for w, count in clients:
+        numbers = list(count) if isinstance(count, (list, tuple)) else list(range(1, max(1, count) + 1))
+        several = w.count > 1 or len(numbers) > 1
+        for k in numbers:
+            out.append((f"{w.name} #{k}" if several else w.name, w))
+    return out
+
+
+def advise(device: str, model, capacity: int, sms: int, clients: list[tuple[Workload, int]],
+           together: int | None = None, max_stagger_share: float = MAX_STAGGER_SHARE) -> MpsAdvice:
+    """MPS settings and start offsets for ``clients`` ((workload, instances at once)) on one device.
+
+    ``together`` is the most memory the clients need at one time when known (time-resolved:
+    instances that never ran together are not added up); else every instance at its peak.
+    """
+    instances = expand(clients)
+    workloads = [w for _, w in instances]
     needs = [w.memory_need_bytes for w in workloads]
     peaks = [w.peak_memory_bytes for w in workloads]
     total = sum(peaks)
+    worst = total if together is None else together
     reasons: list[str] = []
     offsets: tuple[float, ...] | None = None
     step = 1.0
@@ -201,10 +233,15 @@ def advise(device: str, model, capacity: int, sms: int, workloads: list[Workload
     if max(peaks, default=0) > capacity:
         verdict = "too-big"
         reasons.append("a client's peak alone exceeds the device: it needs a larger slice")
-    elif total <= capacity:
+    elif worst <= capacity:
         verdict = "fits"
-        reasons.append("the peaks together fit: all clients may start at once" if len(workloads) > 1
-                       else "a single client: nothing to share")
+        if len(instances) == 1:
+            reasons.append("a single client: nothing to share")
+        elif together is not None and together < total:
+            reasons.append(f"at most {worst / 2**30:.1f} GiB needed at one time (clients that never ran "
+                           "together are not added up): all may run as they did")
+        else:
+            reasons.append("the peaks together fit: all clients may start at once")
     elif all(timelines):
         shortest = min(t[-1][0] for t in timelines)
         found = find_stagger(timelines, capacity, max_stagger_share * shortest)
@@ -219,28 +256,39 @@ def advise(device: str, model, capacity: int, sms: int, workloads: list[Workload
     else:
         verdict = "limit-concurrency"
         reasons.append("peaks together exceed the device and not every client has a timeline")
-    if len(workloads) > MAX_MPS_CLIENTS:
+    if len(instances) > MAX_MPS_CLIENTS:
         reasons.append(f"more than {MAX_MPS_CLIENTS} clients: MPS refuses the rest")
-    clients = tuple(
+    advice = tuple(
         ClientAdvice(
-            workload=w.name, need_bytes=need, pinned_limit=pinned_limit(need),
-            active_thread_percentage=thread_percentage(w, sms, len(workloads), model),
+            workload=label, peak_bytes=w.peak_memory_bytes, margin_ratio=w.margin_ratio, need_bytes=need,
+            pinned_limit=pinned_limit(min(limit_bytes(w), capacity)),
+            active_thread_percentage=thread_percentage(w, sms, len(instances), model),
             start_offset_seconds=None if offsets is None else offsets[i],
             duration_seconds=w.duration_seconds,
         )
-        for i, (w, need) in enumerate(zip(workloads, needs))
+        for i, ((label, w), need) in enumerate(zip(instances, needs))
     )
     known = [w.sms_on(model) for w in workloads if w.compute_known]
-    if len(workloads) == 1 and known and known[0] > sms:
+    if len(instances) == 1 and known and known[0] > sms:
         reasons.append(f"needs {known[0]} SMs, the device has {sms}: it will run slower than observed")
     elif known and sum(known) > sms:
         reasons.append(f"compute needs add up to {sum(known)} SMs of {sms}: clients will slow each other")
-    curve, peak = _curve(timelines, offsets, step) if all(timelines) else ((), None)
-    worst = peak if verdict == "stagger" else total
-    if verdict in ("fits", "stagger") and capacity - worst < HEADROOM_WARNING * capacity:
-        reasons.append(f"tight: {(capacity - worst) / 2**30:.1f} GiB left at the worst instant")
-    return MpsAdvice(device, model.key, capacity, sms, clients, verdict, total,
-                     safe_concurrency(peaks, capacity), peak, curve, tuple(reasons))
+    curve, peak = _curve(timelines, offsets, step) if all(timelines) and timelines else ((), None)
+    at_worst = peak if verdict == "stagger" else worst
+    if verdict in ("fits", "stagger") and capacity - at_worst < HEADROOM_WARNING * capacity:
+        reasons.append(f"tight: {(capacity - at_worst) / 2**30:.1f} GiB left at the worst instant")
+    return MpsAdvice(device, model.key, capacity, sms, advice, verdict, total, worst,
+                     safe_concurrency(peaks, capacity), peak if verdict == "stagger" else None, curve,
+                     tuple(reasons))
+
+
+def dedicated(device: str, model, w: Workload, gpus: int) -> MpsAdvice:
+    """An entry for a workload too large to share: ``gpus`` whole GPUs, no MPS."""
+    client = ClientAdvice(w.name, w.peak_memory_bytes, w.margin_ratio, w.memory_need_bytes, "-", 100, None,
+                          w.duration_seconds)
+    return MpsAdvice(device, model.key, model.memory_capacity_bytes * gpus, model.sm_count * gpus, (client,),
+                     "dedicated", w.peak_memory_bytes, w.memory_need_bytes, 1, None, (),
+                     (f"larger than one GPU: {gpus} whole GPUs per instance, not shared",), gpus)
 
 
 def _curve(timelines, offsets, step, points: int = 200):

@@ -1,10 +1,16 @@
-"""Accumulates observed usage (snapshots or Prometheus) and turns it into a Demand.
+"""Observed usage from samples (snapshot files, --from) turned into a time-resolved Demand.
 
-A workload is one process on one GPU of one node, keyed (node, GPU uuid, pid). Its peak is
-the largest memory seen; its compute need the mean SM-equivalents; its memory timeline is
-kept when its end falls inside the observation (it disappeared before the last look), so
-the whole run up to its final peak was seen. The timeline starts at its first sample: for a
-process already running at the first look the start may be cut off, which the report says.
+An *instance* is one process on one device, (node, GPU uuid, gi, pid); its *workload* is the
+identity the exporter resolved for it (ProcessInfo.workload), never the pid. An instance is
+alive from its first to its last sample: a gap in a node's samples inside that span (the
+exporter was down, a snapshot was missed) is treated as alive throughout, and an instance
+not seen again after a gap ended at its last sample. A restarted process is a new instance
+that follows the old one, so the two share a slot unless a sample saw both.
+
+Per workload: the planned peak is a high quantile of its instances' peaks; ``count`` is the
+most instances alive at once; ``counts`` gives them at every sample time of the fleet. A
+device (GPU or MIG instance) where two instances were alive at the same sample time is a
+*shared device*: MPS clients or time-slicing.
 """
 
 from __future__ import annotations
@@ -13,11 +19,17 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from exporter import catalog
 from exporter.catalog import GpuModel
-from exporter.recommend.demand import DEFAULT_OBSERVED_MARGIN, Demand, FleetGpu, SharedDevice, Workload
+from exporter.foresight.workload import workload_label
+from exporter.recommend import demand_build
+from exporter.recommend.demand import (DEFAULT_OBSERVED_MARGIN, DEFAULT_PEAK_QUANTILE, Basis, Demand, FleetGpu,
+                                       Grid, SharedDevice)
 
 MIN_TIMELINE_SAMPLES = 3
+GAP_FACTOR = 3.0  # a pause longer than this many median intervals between two looks at a node is a gap
 
 
 def held_max(points) -> tuple:
@@ -36,16 +48,33 @@ def held_max(points) -> tuple:
     return tuple(out) if out else tuple(points)
 
 
-@dataclass
-class _Process:
+@dataclass(frozen=True)
+class Device:
+    """Where instances run: a whole GPU (gi "") or one MIG instance."""
+
     node: str
-    name: str
-    pid: int
+    uuid: str
+    gi: str
+    key: str  # "node-a gpu0" or "node-a gpu0 gi3 (3g.40gb)"
     model: str
-    device: str
-    samples: list = field(default_factory=list)  # (timestamp, memory, sms, tensor)
+    gpu_index: int
+    capacity_bytes: int | None
+    sms: int | None
+    profile: str | None = None
+
+
+@dataclass
+class _Instance:
+    device: Device
+    workload: str
+    first: float
+    last: float
+    peak: int = 0
+    samples: list = field(default_factory=list)  # (t, memory)
+    sms: list = field(default_factory=list)
+    tensor: list = field(default_factory=list)
     mps: bool = False
-    timeline: tuple | None = None  # set directly by a history source (Prometheus)
+    expected_peak: int = 0  # learned peak of its workload reported by the exporter
 
 
 class ObservedFleet:
@@ -53,12 +82,13 @@ class ObservedFleet:
 
     def __init__(self) -> None:
         self._gpus: dict[tuple[str, int], FleetGpu] = {}
-        self._procs: dict[tuple[str, str, int], _Process] = {}
-        self._devices: dict[str, dict] = {}
-        self._together: dict[tuple[str, float], set[str]] = defaultdict(set)
+        self._instances: dict[tuple, _Instance] = {}
         self._times: dict[str, list[float]] = defaultdict(list)
+        self._oom: set[tuple[str, str, str]] = set()  # (node, uuid, gi)
+        self._profiles: dict[str, int] = {}  # learned peak by profile label (workload_label of key@NGiB)
         self._sources: list[str] = []
         self._notes: dict[str, None] = {}
+        self.clock = "unix"
 
     def source(self, text: str) -> None:
         self._sources.append(text)
@@ -66,7 +96,7 @@ class ObservedFleet:
     def note(self, text: str) -> None:
         self._notes[text] = None
 
-    def gpu(self, node: str, index: int, name: str, uuid: str) -> GpuModel | None:
+    def gpu(self, node: str, index: int, name: str, uuid: str, sharing: str = "") -> GpuModel | None:
         """Register a GPU; its catalog model, or None (noted) for an unknown product name."""
         try:
             model = catalog.resolve_model(name)
@@ -74,97 +104,152 @@ class ObservedFleet:
             self.note(f"GPU model {name!r} is not in the catalog: its GPUs and processes are skipped")
             return None
         old = self._gpus.get((node, index))
-        self._gpus[(node, index)] = FleetGpu(node, index, model.key, uuid, old.layout if old else None)
+        self._gpus[(node, index)] = FleetGpu(node, index, model.key, uuid, old.layout if old else None, sharing)
         return model
 
-    def layout(self, node: str, index: int, layout: tuple) -> None:
+    def layout(self, node: str, index: int, layout: tuple | None) -> None:
         gpu = self._gpus[(node, index)]
-        self._gpus[(node, index)] = FleetGpu(gpu.node, gpu.index, gpu.model, gpu.uuid, layout)
+        self._gpus[(node, index)] = FleetGpu(gpu.node, gpu.index, gpu.model, gpu.uuid, layout, gpu.sharing)
 
     def seen(self, node: str, timestamp: float) -> None:
-        """A complete observation of ``node`` at ``timestamp`` (for start/end detection)."""
+        """A complete observation of ``node`` at ``timestamp``."""
         self._times[node].append(timestamp)
 
-    def sample(self, *, node, uuid, pid, name, model, device, timestamp, memory, sms, tensor,
-               mps, capacity, device_sms) -> None:
-        key = (node, uuid, pid)
-        proc = self._procs.get(key)
-        if proc is None:
-            proc = self._procs[key] = _Process(node, name, pid, model, device)
-        proc.samples.append((timestamp, memory, sms, tensor))
-        proc.mps = proc.mps or mps
-        if device not in self._devices:
-            self._devices[device] = {"model": model, "capacity": capacity, "sms": device_sms}
-        if timestamp is not None:  # processes in the same observation of a device run together
-            self._together[(device, timestamp)].add(self._name(proc))
+    def oom(self, node: str, uuid: str, gi: str) -> None:
+        """An OOM kill happened on this device (the simulator reports them)."""
+        self._oom.add((node, uuid, gi))
 
-    def mark_shared(self, device: str, keys: list[tuple[str, str, int]]) -> None:
-        """Processes ``keys`` ran on ``device`` at the same time (a history source says so)."""
-        names = {self._name(self._procs[k]) for k in keys if k in self._procs}
-        self._together[(device, None)] |= names
+    def profile_peak(self, label: str, peak: int) -> None:
+        """A learned workload profile the exporter reports (label of ``<key>@<N>GiB``)."""
+        self._profiles[label] = max(peak, self._profiles.get(label, 0))
 
-    def set_timeline(self, node: str, uuid: str, pid: int, points: tuple) -> None:
-        proc = self._procs.get((node, uuid, pid))
-        if proc is not None and len(points) >= MIN_TIMELINE_SAMPLES:
-            proc.timeline = held_max(points)
+    def sample(self, *, device: Device, pid: int, workload: str, timestamp: float, memory: int | None,
+               sms: float | None, tensor: float | None, mps: bool, expected: int | None = None) -> None:
+        """One process seen on ``device`` at ``timestamp``."""
+        key = (device.node, device.uuid, device.gi, pid, workload)
+        inst = self._instances.get(key)
+        if inst is None:
+            inst = self._instances[key] = _Instance(device, workload, timestamp, timestamp)
+        inst.first, inst.last = min(inst.first, timestamp), max(inst.last, timestamp)
+        if memory is not None:
+            inst.peak = max(inst.peak, int(memory))
+            inst.samples.append((timestamp, int(memory)))
+        if sms is not None:
+            inst.sms.append(sms)
+        if tensor is not None:
+            inst.tensor.append(tensor)
+        inst.mps = inst.mps or mps
+        if expected:
+            inst.expected_peak = max(inst.expected_peak, int(expected))
 
-    @staticmethod
-    def _name(proc: _Process) -> str:
-        return f"{proc.node}:{proc.name}[{proc.pid}]"
+    # --- freezing ---------------------------------------------------------------------------
 
-    def _timeline(self, proc: _Process):
-        if proc.timeline is not None:
-            return proc.timeline
-        times = sorted(set(self._times.get(proc.node, [])))
-        if not times:
-            return None
-        points = sorted((t, m) for t, m, _, _ in proc.samples if m is not None and t is not None)
-        if len(points) < MIN_TIMELINE_SAMPLES:
-            return None
-        first, last = points[0][0], points[-1][0]
-        if last >= times[-1]:
-            return None  # still running at the last look: its end (often its peak) is unknown
-        if first <= times[0]:
-            self.note(f"{self._name(proc)}: running at the first look, its timeline may miss its start")
-        after = next(t for t in times if t > last)  # it was gone by then: assume it ran until it
-        return held_max([(t - first, m) for t, m in points] + [(after - first, points[-1][1])])
-
-    def to_demand(self, margin: float | None = None) -> Demand:
+    def to_demand(self, margin: float | None = None, quantile: float | None = None,
+                  min_window: float = 0.0) -> Demand:
         margin = DEFAULT_OBSERVED_MARGIN if margin is None else margin
-        shared_members: dict[str, set[str]] = defaultdict(set)
-        for (device, _), names in self._together.items():
-            if len(names) > 1:
-                shared_members[device] |= names
+        quantile = DEFAULT_PEAK_QUANTILE if quantile is None else quantile
+        instances = [i for i in self._instances.values() if i.samples]
+        for i in self._instances.values():
+            if not i.samples:
+                self.note(f"{i.workload} on {i.device.key}: no memory reading, left out")
+        times = sorted({t for ts in self._times.values() for t in ts} | {i.first for i in instances}
+                       | {i.last for i in instances})
+        grid = np.asarray(times, dtype=float)
+        alive = {id(i): (grid >= i.first) & (grid <= i.last) for i in instances}
+        groups: dict[tuple[str, str, int], list[_Instance]] = defaultdict(list)
+        for i in instances:
+            groups[_class(i)].append(i)
+        classes = defaultdict(set)
+        for key, model, size in groups:
+            classes[key].add((model, size))
+        naming = demand_build.names(classes)
         workloads = []
-        mps_devices = set()
-        for proc in self._procs.values():
-            memories = [m for _, m, _, _ in proc.samples if m is not None]
-            if not memories:
-                self.note(f"{self._name(proc)}: no memory reading, left out")
-                continue
-            sms = [s for _, _, s, _ in proc.samples if s is not None]
-            tensor = [x for _, _, _, x in proc.samples if x is not None]
-            name = self._name(proc)
-            shared = name in shared_members.get(proc.device, ())
-            if shared and proc.mps:
-                mps_devices.add(proc.device)
-            workloads.append(Workload(
-                name=name, peak_memory_bytes=int(max(memories)), margin_ratio=margin,
-                compute_sms=statistics.fmean(sms) if sms else None,
-                tensor_ratio=statistics.fmean(tensor) if tensor else None,
-                timeline=self._timeline(proc), gpu_model=proc.model, node=proc.node,
-                location=proc.device, sized_by="observed peak",
-                mps_group=proc.device if shared else None,
-            ))
-        shared = tuple(
-            SharedDevice(device, self._devices[device]["model"], int(self._devices[device]["capacity"] or 0),
-                         int(self._devices[device]["sms"] or 0), device in mps_devices,
-                         tuple(sorted(names)))
-            for device, names in sorted(shared_members.items())
-            if self._devices[device]["capacity"]
-        )
+        for cls, members in sorted(groups.items()):
+            key, model, _ = cls
+            name = naming[cls]
+            counts = np.sum([alive[id(i)] for i in members], axis=0).astype(np.int64)
+            expected = max([i.expected_peak for i in members]
+                           + [self._profiles.get(workload_label(f"{key}@{cls[2]}GiB"), 0)])
+            sms = [statistics.fmean(i.sms) for i in members if i.sms]
+            tensor = [statistics.fmean(i.tensor) for i in members if i.tensor]
+            workloads.append(demand_build.observed_workload(
+                name=name, model=model, peaks=[i.peak for i in members], counts=counts, margin=margin,
+                quantile=quantile, learned_peak=expected,
+                sms=statistics.fmean(sms) if sms else None,
+                tensor=statistics.fmean(tensor) if tensor else None,
+                timeline=self._timeline(members),
+                devices=[i.device for i in members], oom=self._oom,
+                samples=sum(len(i.samples) for i in members)))
+        shared = self._shared(instances, grid, alive, naming)
+        basis = Basis(start=times[0] if times else None, end=times[-1] if times else None, clock=self.clock,
+                      samples=sum(len(i.samples) for i in instances), instances=len(instances),
+                      nodes=len(self._times), min_window_seconds=min_window, gaps=tuple(self._gaps()),
+                      learned_profiles=sum(1 for w in workloads if "learned" in w.sized_by))
+        # (learned profiles from --state-dir are applied to every input alike: profiles_input.py)
         return Demand(
-            workloads=tuple(sorted(workloads, key=lambda w: w.name)),
+            workloads=tuple(workloads),
             gpus=tuple(self._gpus[k] for k in sorted(self._gpus)),
             shared=shared, sources=tuple(self._sources), notes=tuple(self._notes),
+            grid=Grid(tuple(times), None, self.clock) if times else None, basis=basis,
         )
+
+    def _timeline(self, members: list[_Instance]):
+        """Memory timeline of the workload's largest instance whose whole life was seen."""
+        best = None
+        for inst in members:
+            times = sorted(set(self._times.get(inst.device.node, [])))
+            points = sorted(inst.samples)
+            if len(points) < MIN_TIMELINE_SAMPLES or not times:
+                continue
+            if inst.first <= times[0] or inst.last >= times[-1]:
+                continue  # running at the first or the last look: start or end (often the peak) unknown
+            after = next(t for t in times if t > inst.last)  # gone by then: assume it ran until it
+            first = points[0][0]
+            line = held_max([(t - first, m) for t, m in points] + [(after - first, points[-1][1])])
+            if best is None or (inst.peak, line[-1][0]) > (best[0], best[1][-1][0]):
+                best = (inst.peak, line)
+        return best[1] if best else None
+
+    def _shared(self, instances, grid, alive, naming) -> tuple[SharedDevice, ...]:
+        per_device: dict[Device, list[_Instance]] = defaultdict(list)
+        for i in instances:
+            per_device[i.device].append(i)
+        out = []
+        for device, members in sorted(per_device.items(), key=lambda kv: kv[0].key):
+            together = np.sum([alive[id(i)] for i in members], axis=0)
+            if len(members) < 2 or together.max() < 2:
+                continue
+            memory_at: dict[float, int] = defaultdict(int)
+            for i in members:
+                for t, m in i.samples:
+                    memory_at[t] += m
+            counts: dict[str, np.ndarray] = {}
+            for i in members:
+                name = naming[_class(i)]
+                counts[name] = counts.get(name, 0) + alive[id(i)].astype(np.int64)
+            out.append(SharedDevice(
+                key=device.key, model=device.model, capacity_bytes=int(device.capacity_bytes or 0),
+                sms=int(device.sms or 0), mps=any(i.mps for i in members), workloads=tuple(sorted(counts)),
+                node=device.node, gpu_index=device.gpu_index, gi=device.gi, counts=counts,
+                concurrency=int(together.max()), together_peak_bytes=max(memory_at.values(), default=0),
+                alive=together > 0, oom=(device.node, device.uuid, device.gi) in self._oom,
+                profile=device.profile))
+        return tuple(d for d in out if d.capacity_bytes)
+
+    def _gaps(self) -> list[str]:
+        """Pauses between two looks at a node much longer than its usual interval."""
+        gaps = []
+        for node in sorted(self._times):
+            times = sorted(set(self._times[node]))
+            steps = [b - a for a, b in zip(times, times[1:])]
+            if len(steps) < 2:
+                continue
+            usual = statistics.median(steps)
+            for a, b in zip(times, times[1:]):
+                if usual > 0 and b - a > GAP_FACTOR * usual:
+                    gaps.append(f"{node}: nothing seen for {b - a:g} s after t={a:g}")
+        return gaps
+
+
+def _class(i: _Instance) -> tuple[str, str, int]:
+    return (i.workload, i.device.model, demand_build.size_class(i.device.capacity_bytes))

@@ -8,6 +8,7 @@ import yaml
 
 from exporter.recommend.baselines import Baseline
 from exporter.recommend.mps import MpsAdvice
+from exporter.recommend.mps_pack import gpus_needed
 from exporter.recommend.result import GpuPlan, ModelPlan, Recommendation
 
 
@@ -20,12 +21,13 @@ def _baseline(b: Baseline) -> dict:
 
 def advice_dict(a: MpsAdvice) -> dict:
     return {
-        "device": a.device, "model": a.model, "capacity_bytes": a.capacity_bytes, "sms": a.sms,
-        "verdict": a.verdict, "sum_of_peaks_bytes": a.sum_of_peaks_bytes,
+        "device": a.device, "model": a.model, "gpus": a.gpus, "capacity_bytes": a.capacity_bytes, "sms": a.sms,
+        "verdict": a.verdict, "sum_of_peaks_bytes": a.sum_of_peaks_bytes, "together_bytes": a.together_bytes,
         "max_concurrency": a.max_concurrency, "staggered_peak_bytes": a.staggered_peak_bytes,
         "clients": [
             {
-                "workload": c.workload, "need_bytes": c.need_bytes,
+                "workload": c.workload, "peak_bytes": c.peak_bytes, "margin_ratio": c.margin_ratio,
+                "need_bytes": c.need_bytes,
                 "env": {
                     "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": c.pinned_limit,
                     "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(c.active_thread_percentage),
@@ -46,7 +48,8 @@ def _gpu(g: GpuPlan) -> dict:
         "stranded_bytes": g.stranded_bytes,
         "instances": [
             {"profile": i.profile, "start": i.start, "memory_bytes": i.memory_bytes, "sms": i.sms,
-             "workload": i.workload, "need_bytes": i.need_bytes, "shortfall_sms": i.shortfall_sms}
+             "workload_at_peak": i.workload, "need_bytes": i.need_bytes, "shortfall_sms": i.shortfall_sms,
+             **({"members": list(i.members)} if i.members else {})}
             for i in g.instances
         ],
     }
@@ -54,26 +57,36 @@ def _gpu(g: GpuPlan) -> dict:
 
 def _plan(p: ModelPlan) -> dict:
     return {
-        "model": p.model, "workloads": len(p.workloads), "gpus_needed": p.gpus_needed,
-        "dedicated_gpus": p.dedicated_gpus, "available_gpus": p.available_gpus,
-        "optimal": p.optimal, "stranded_bytes": p.stranded_bytes,
-        "compute_shortfall_sms": p.shortfall_sms,
+        "model": p.model, "gpus_needed": p.gpus_needed, "gpus_mig_off": p.gpus_mig_off,
+        "available_gpus": p.available_gpus,
+        "summary": {"kept": p.kept, "reconfigured": p.reconfigured, "released": p.released, "added": p.added},
+        "optimal": p.optimal, "peak_moment": p.peak_moment, "stranded_bytes": p.stranded_bytes,
+        "compute_shortfall_sms": p.shortfall_sms, "groups_kept_as_now": list(p.groups_kept),
+        "workloads": [{"name": w.name, "at_once": w.count, "need_bytes": w.need_bytes,
+                       "gpus_per_instance": w.gpus_per_instance, "slots_at_peak": w.slots or None}
+                      for w in p.workloads],
         "baselines": {
             "best_homogeneous": _baseline(p.homogeneous),
             "greedy_first_fit": _baseline(p.greedy),
             "homogeneous_tried": [_baseline(b) for b in p.homogeneous_tried],
         },
-        "mps_alternative": {"gpus": len(p.mps), "devices": [advice_dict(a) for a in p.mps]},
+        "mps_alternative": {"gpus": gpus_needed(list(p.mps)), "devices": [advice_dict(a) for a in p.mps]},
         "gpus": [_gpu(g) for g in p.gpus],
-        "solver": {"classes": p.classes, "layouts": p.patterns, "seconds": round(p.solve_seconds, 4),
-                   "layouts_minimal": p.layouts_minimal},
+        # No solve time here: the output is a function of the input alone (byte-identical runs).
+        "solver": {"layouts": p.patterns, "time_rows": p.time_rows, "layouts_minimal": p.layouts_minimal},
         "reasons": list(p.reasons),
     }
 
 
 def to_dict(rec: Recommendation) -> dict:
     """The whole recommendation as JSON-compatible data."""
-    return {
+    b = rec.basis
+    doc = {
+        "version": rec.version, "stamp": rec.stamp, "draft": rec.draft,
+        "basis": {"start": b.start, "end": b.end, "clock": b.clock, "window_seconds": b.window_seconds,
+                  "samples": b.samples, "instances": b.instances, "nodes": b.nodes, "gaps": list(b.gaps),
+                  "min_window_seconds": b.min_window_seconds, "learned_profiles": b.learned_profiles,
+                  "margins": rec.margin_text},
         "sources": list(rec.sources),
         "notes": list(rec.notes),
         "models": [_plan(p) for p in rec.plans],
@@ -81,14 +94,16 @@ def to_dict(rec: Recommendation) -> dict:
         "workloads": [
             {
                 "name": w.name, "gpu_model": w.gpu_model, "location": w.location or None,
-                "peak_memory_bytes": w.peak_memory_bytes, "margin_ratio": w.margin_ratio,
-                "need_bytes": w.memory_need_bytes, "compute_sms": w.compute_sms,
-                "compute_fraction": w.compute_fraction, "tensor_ratio": w.tensor_ratio,
-                "sized_by": w.sized_by, "timeline_seconds": w.duration_seconds,
+                "peak_memory_bytes": w.peak_memory_bytes, "max_peak_bytes": w.max_peak_bytes,
+                "margin_ratio": w.margin_ratio, "need_bytes": w.memory_need_bytes,
+                "cap_bytes": w.memory_cap_bytes, "at_once": w.count, "instances": w.instances,
+                "samples": w.samples, "compute_sms": w.compute_sms, "compute_fraction": w.compute_fraction,
+                "tensor_ratio": w.tensor_ratio, "sized_by": w.sized_by, "timeline_seconds": w.duration_seconds,
             }
             for w in rec.workloads
         ],
     }
+    return doc
 
 
 def render_json(rec: Recommendation) -> str:

@@ -1,23 +1,49 @@
 """`--format mig-parted`: a config file nvidia-mig-parted applies (``version: v1``).
 
-One named config per distinct layout (``all-1g.20gb``, ``custom-2x1g.10gb-1x2g.20gb-...``,
-``all-disabled``), each with ``devices: all`` and a ``device-filter`` of the PCI device IDs
-of the models that use it (profile names like 1g.10gb exist on several models with other
-sizes). A node whose GPUs get different layouts also gets a config of its own, one entry
-per layout with the GPU indices in ``devices``. Schema facts (mig-parted api/spec/v1):
-``devices`` is "all" or a list of ints, ``mig-enabled`` is required, ``mig-devices`` is
-required when enabled and must be empty when not; no other keys.
+- ``node-<node>``, one per existing node: one entry per distinct layout with the node's GPU
+  indices in ``devices``, released GPUs included (``mig-enabled: false``, explicitly, so no
+  ``devices: all`` entry can catch them by accident). Label the node with it.
+- one config per layout of the GPUs to add (``all-1g.20gb``, ``custom-...``, ``all-disabled``):
+  ``devices: all``, for new nodes.
+- every entry has a ``device-filter`` listing every PCI device id of the models that use it,
+  SXM and PCIe variants alike (a device that matches no filter is silently skipped by
+  mig-parted). Profile names such as 1g.10gb exist on several models with other sizes.
+
+Schema facts (NVIDIA/mig-parted api/spec/v1 spec.go, pkg/types): top-level keys ``version``
+(``v1``) and ``mig-configs`` (a non-empty map of non-empty lists); entry keys ``devices``
+("all" or a list of ints, required), ``device-filter`` (a string or a list of strings, each
+``0x<device><vendor>``), ``mig-enabled`` (bool, required), ``mig-devices`` (profile -> count,
+required when enabled, empty when not); no other keys.
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 
 import yaml
 
 from exporter import catalog
+from exporter.recommend.outputs_text import basis_lines
 from exporter.recommend.result import GpuPlan, Recommendation
+
+# PCI device ids (device << 16 | vendor) per catalog model, every variant with the same MIG
+# profiles (shared/reference/nvml_facts.md section 2.3): SXM and PCIe, NVL.
+PCI_DEVICE_IDS: dict[str, tuple[int, ...]] = {
+    "A30": (0x20B710DE,),
+    "A100-40GB": (0x20B010DE, 0x20F110DE),  # SXM4, PCIe
+    "A100-80GB": (0x20B210DE, 0x20B510DE),  # SXM4, PCIe
+    "H100-80GB": (0x233010DE, 0x233110DE),  # SXM5, PCIe
+    "H100-NVL": (0x232110DE, 0x233A10DE),  # H100 NVL, H800 NVL
+    "H200": (0x233510DE, 0x233B10DE),  # SXM, NVL
+    "B200": (0x290110DE,),
+}
+
+
+def device_ids(model: str) -> list[str]:
+    """Every PCI device id of ``model``, as mig-parted's device-filter writes them."""
+    ids = set(PCI_DEVICE_IDS.get(model, ())) | {catalog.MODELS[model].pci_device_id}
+    return [f"0x{i:08X}" for i in sorted(ids)]
 
 
 def _mig_devices(gpu: GpuPlan) -> dict[str, int]:
@@ -27,11 +53,12 @@ def _mig_devices(gpu: GpuPlan) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def _layout_key(gpu: GpuPlan) -> tuple:
+    return (gpu.mig_enabled, tuple(_mig_devices(gpu).items()) if gpu.mig_enabled else ())
+
+
 def _entry(gpu: GpuPlan, devices, filters) -> dict:
-    entry: dict = {"devices": devices}
-    if filters:
-        entry["device-filter"] = sorted(filters)
-    entry["mig-enabled"] = gpu.mig_enabled
+    entry: dict = {"devices": devices, "device-filter": sorted(filters), "mig-enabled": gpu.mig_enabled}
     if gpu.mig_enabled:
         entry["mig-devices"] = _mig_devices(gpu)
     return entry
@@ -39,46 +66,50 @@ def _entry(gpu: GpuPlan, devices, filters) -> dict:
 
 def label_safe(text: str) -> str:
     """A Kubernetes label value (the nvidia.com/mig.config label names the config)."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "-", text).strip("-_.")[:63] or "node"
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", text).strip("-_.")[:58].strip("-_.") or "node"
 
 
 def build(rec: Recommendation) -> tuple[dict, list[str]]:
-    """The mig-parted document and comment lines saying which GPU gets which config."""
-    configs: dict[str, dict[tuple, dict]] = defaultdict(dict)  # name -> layout key -> entry info
-    per_node: dict[str, list[GpuPlan]] = defaultdict(list)
-    comments = []
-    new: Counter = Counter()
-    for plan in rec.plans:
-        pci = f"0x{catalog.MODELS[plan.model].pci_device_id:08X}"
-        for gpu in plan.gpus:
-            if gpu.change == "release":
-                continue
-            key = (gpu.mig_enabled, tuple(_mig_devices(gpu).items()))
-            slot = configs[gpu.config].setdefault(key, {"gpu": gpu, "filters": set()})
-            slot["filters"].add(pci)
-            if gpu.node != "new":
-                per_node[gpu.node].append(gpu)
-            else:
-                new[(plan.model, gpu.config)] += 1
+    """The mig-parted document and comment lines saying which node takes which config."""
     doc: dict = {"version": "v1", "mig-configs": {}}
-    for name in sorted(configs):
-        doc["mig-configs"][name] = [
-            _entry(slot["gpu"], "all", slot["filters"]) for slot in configs[name].values()
-        ]
-    for node in sorted(per_node):
-        gpus = per_node[node]
-        comments.append(f"{node}: " + ", ".join(f"gpu{g.index}={g.config} ({g.change})" for g in gpus))
-        if len({g.config for g in gpus}) < 2:
+    comments: list[str] = []
+    new_configs: dict[str, dict[tuple, dict]] = defaultdict(dict)
+    per_node: dict[str, list[GpuPlan]] = defaultdict(list)
+    for plan in rec.plans:
+        if not catalog.MODELS[plan.model].mig_capable:
+            comments.append(f"{plan.model}: no MIG, nothing to configure ({len(plan.gpus)} GPUs)")
             continue
-        groups: dict[tuple, list[GpuPlan]] = defaultdict(list)
-        for g in gpus:
-            groups[(g.mig_enabled, tuple(_mig_devices(g).items()))].append(g)
+        for gpu in plan.gpus:
+            if gpu.node == "new":
+                slot = new_configs[gpu.config].setdefault(_layout_key(gpu), {"gpu": gpu, "filters": set(), "n": 0})
+                slot["filters"].update(device_ids(plan.model))
+                slot["n"] += 1
+            else:
+                per_node[gpu.node].append(gpu)
+    names: dict[str, str] = {}
+    for node in sorted(per_node):
         name = f"node-{label_safe(node)}"
+        while name in names.values() or name in new_configs:
+            name += "-x"
+        names[node] = name
+        groups: dict[tuple, list[GpuPlan]] = defaultdict(list)
+        for g in per_node[node]:  # released GPUs in entries of their own
+            groups[(g.change == "release", *_layout_key(g))].append(g)
         doc["mig-configs"][name] = [
-            _entry(g[0], sorted(x.index for x in g), ()) for g in groups.values()
+            _entry(gs[0], sorted(x.index for x in gs), device_ids(gs[0].model))
+            for _, gs in sorted(groups.items(), key=lambda kv: min(x.index for x in kv[1]))
         ]
-        comments.append(f"  {node} mixes layouts: label it nvidia.com/mig.config={name}")
-    comments += [f"{n} new {model} GPU(s): {config}" for (model, config), n in sorted(new.items())]
+        changes = ", ".join(f"gpu{g.index} {g.change} {g.config}" for g in sorted(per_node[node], key=lambda g: g.index))
+        comments.append(f"{node}: label nvidia.com/mig.config={name}  ({changes})")
+        released = sorted(g.index for g in per_node[node] if g.change == "release")
+        if released:
+            comments.append(f"  released on {node}: " + ", ".join(f"gpu{i}" for i in released)
+                            + " (MIG disabled, listed by index so no other entry catches them)")
+    for config in sorted(new_configs):
+        slots = new_configs[config]
+        doc["mig-configs"][config] = [_entry(s["gpu"], "all", s["filters"]) for s in slots.values()]
+        count = sum(s["n"] for s in slots.values())
+        comments.append(f"{count} new GPU{'s' if count != 1 else ''}: {config}")
     return doc, comments
 
 
@@ -86,9 +117,14 @@ def render_migparted(rec: Recommendation) -> str:
     doc, comments = build(rec)
     if not doc["mig-configs"]:
         doc["mig-configs"]["all-disabled"] = [{"devices": "all", "mig-enabled": False}]
-        comments.append("no GPU in the plan: nothing to partition")
+        comments.append("no MIG GPU in the plan: nothing to partition")
     head = ["# nvidia-mig-parted config written by `exporter recommend`.",
-            "# Apply on a node: nvidia-mig-parted apply -f THIS_FILE -c <config>",
-            "# (or label the node nvidia.com/mig.config=<config> for the GPU operator's mig-manager).",
-            *(f"#   {c}" for c in comments)]
+            *(f"# {line}" for line in basis_lines(rec)),
+            "# input: " + "; ".join(rec.sources)]
+    if rec.draft:
+        head.append("# DRAFT: review before applying; the history behind it is shorter than --min-window.")
+    head += ["# Apply on a node: nvidia-mig-parted apply -f THIS_FILE -c <config>, or label the node",
+             "# nvidia.com/mig.config=<config> for the GPU operator's mig-manager. Drain a GPU before it is",
+             "# reconfigured or released: mig-parted destroys the instances it replaces.",
+             *(f"#   {c}" for c in comments)]
     return "\n".join(head) + "\n" + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)

@@ -1,25 +1,94 @@
-"""`--format text` (default) and `--format markdown`: tables a person reads, with the reasons."""
+"""`--format text` (default) and `--format markdown`: tables a person reads, with the reasons.
+
+The basis (window, samples, workloads, peak moment, gaps) and the summary (GPUs kept,
+reconfigured, released, added) are said once, at the top; every format shares them.
+"""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 from exporter.recommend.mps import MpsAdvice
+from exporter.recommend.mps_pack import gpus_needed
 from exporter.recommend.result import GpuPlan, ModelPlan, Recommendation
 
 GIB = 2**30
 MAX_GPU_ROWS = 40  # beyond this a model's GPUs are summarised by configuration
 MAX_MPS_DEVICES = 10  # MPS alternative devices listed in full; the rest are counted
+MAX_WORKLOAD_ROWS = 60
 
 
 def gib(n: int | None) -> str:
     return "-" if n is None else f"{n / GIB:.1f} GiB"
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+def duration(seconds: float) -> str:
+    """'7d', '1h 30m', '45 s'."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return " ".join(parts[:2])
+
+
+def moment(t: float | None, clock: str) -> str:
+    if t is None:
+        return "-"
+    if clock == "scenario":
+        return f"t={t:.0f} s"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+
+
+def basis_lines(rec: Recommendation) -> list[str]:
+    """What the plan rests on, one fact a line."""
+    b = rec.basis
+    lines = [("" if rec.stamp.startswith("undated") else "plan of ") + f"{rec.stamp}, exporter {rec.version}"]
+    if b.start is not None:
+        workloads = len(rec.workloads)
+        lines.append(f"window {duration(b.window_seconds)} ({moment(b.start, b.clock)} to {moment(b.end, b.clock)}): "
+                     f"{plural(b.samples, 'memory sample')}, {plural(b.instances, 'instance')} of "
+                     f"{plural(workloads, 'workload')} on {plural(b.nodes, 'node')}")
+        peaks = sorted({(p.model, p.peak_moment) for p in rec.plans if p.peak_moment is not None})
+        if peaks:
+            lines.append("peak moment: " + "; ".join(f"{m} {moment(t, b.clock)}" for m, t in peaks))
+        lines.append("scrape gaps: " + ("none" if not b.gaps else f"{len(b.gaps)}, held at the larger count on "
+                                        "either side (" + "; ".join(b.gaps[:3])
+                                        + (f"; {len(b.gaps) - 3} more" if len(b.gaps) > 3 else "") + ")"))
+        if b.learned_profiles:
+            lines.append(f"learned profiles raised the size of {plural(b.learned_profiles, 'workload')}")
+    else:
+        lines.append(f"a plan of {plural(len(rec.workloads), 'workload')} (nothing observed)")
+    if rec.margin_text:
+        lines.append(rec.margin_text)
+    if rec.draft:
+        lines.append(f"DRAFT: only {duration(b.window_seconds)} of history (less than the minimum "
+                     f"{duration(b.min_window_seconds)}, --min-window): a longer window may see higher peaks "
+                     "and more jobs at once")
+    return lines
+
+
+def summary_lines(rec: Recommendation) -> list[str]:
+    out = []
+    for p in rec.plans:
+        fleet = (f" (the fleet has {p.available_gpus}): {p.kept} kept, {p.reconfigured} reconfigured, "
+                 f"{p.released} released, {p.added} to add") if p.available_gpus else f": {p.added} to add"
+        out.append(f"{p.model}: {plural(p.gpus_needed, 'GPU')}{fleet}")
+    return out
+
+
 def instance_text(g: GpuPlan) -> str:
     parts = []
     for i in g.instances:
-        who = i.workload or "free"
+        who = i.workload or "free at the peak"
         fill = f" {i.need_bytes / GIB:.1f}/{i.memory_bytes / GIB:.1f}G" if i.need_bytes else ""
         short = f" -{i.shortfall_sms}SM" if i.shortfall_sms else ""
         where = "" if i.profile == "full" else f"@{i.start}"
@@ -28,33 +97,48 @@ def instance_text(g: GpuPlan) -> str:
 
 
 def gpu_rows(p: ModelPlan) -> list[tuple[str, ...]]:
-    """(GPU, change, config, instances) rows, or a summary by configuration on big fleets."""
+    """(GPU, change, now, config, instances) rows, or a summary by configuration on big fleets."""
     if len(p.gpus) <= MAX_GPU_ROWS:
-        return [(f"{g.node} gpu{g.index}", g.change, g.config or "-", g.note or instance_text(g))
+        return [(f"{g.node} gpu{g.index}", g.change, g.current or "-", g.config or "-",
+                 g.note + (": " if g.note and g.instances else "") + instance_text(g) if g.instances else g.note)
                 for g in p.gpus]
     counts = Counter((g.config or "-", g.change) for g in p.gpus)
-    return [(f"{n} GPUs", change, config, "(every GPU: --format json)")
+    return [(plural(n, "GPU"), change, "", config, "(every GPU: --format json)")
             for (config, change), n in sorted(counts.items())]
 
 
+def workload_rows(p: ModelPlan) -> list[tuple[str, ...]]:
+    rows = [(w.name, str(w.count), gib(w.need_bytes) + (f" x{w.gpus_per_instance} GPUs" if w.gpus_per_instance > 1
+                                                         else ""), w.slots or "-")
+            for w in p.workloads[:MAX_WORKLOAD_ROWS]]
+    if len(p.workloads) > MAX_WORKLOAD_ROWS:
+        rows.append((f"... {len(p.workloads) - MAX_WORKLOAD_ROWS} more (--format json)", "", "", ""))
+    return rows
+
+
 def advice_lines(a: MpsAdvice) -> list[str]:
-    head = (f"{a.device}: {a.verdict}; peaks {gib(a.sum_of_peaks_bytes)} of {gib(a.capacity_bytes)}"
-            + (f", staggered peak {gib(a.staggered_peak_bytes)}" if a.staggered_peak_bytes else "")
-            + f"; any {a.max_concurrency} at once are safe")
+    head = (f"{a.device}: {a.verdict}; peaks added up {gib(a.sum_of_peaks_bytes)}, at most {gib(a.together_bytes)} "
+            f"at one time, of {gib(a.capacity_bytes)}"
+            + (f"; staggered peak {gib(a.staggered_peak_bytes)}" if a.staggered_peak_bytes else "")
+            + (f"; any {a.max_concurrency} at once are safe" if a.verdict != "dedicated" else ""))
     lines = [head]
     for c in a.clients:
+        if a.verdict == "dedicated":
+            continue
         start = "" if c.start_offset_seconds is None else f"  start +{c.start_offset_seconds:g}s"
         lines.append(f"    {c.workload}: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={c.pinned_limit} "
+                     f"(peak {gib(c.peak_bytes)} + {c.margin_ratio:.0%}) "
                      f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={c.active_thread_percentage}{start}")
     lines += [f"    why: {r}" for r in a.reasons]
     return lines
 
 
-def _headline(p: ModelPlan) -> str:
+def headline(p: ModelPlan) -> str:
     proof = "optimal" if p.optimal else "not proven optimal"
-    return (f"{p.model}: {len(p.workloads)} workloads -> {p.gpus_needed} GPUs ({proof}); "
+    mps = gpus_needed(list(p.mps)) if p.mps else None
+    return (f"{p.model}: {plural(len(p.workloads), 'workload')} -> {plural(p.gpus_needed, 'GPU')} ({proof}); "
             f"best single config {p.homogeneous.name}: {_n(p.homogeneous.gpus)}; "
-            f"greedy first-fit: {_n(p.greedy.gpus)}; MPS: {len(p.mps) or '-'}")
+            f"greedy first-fit: {_n(p.greedy.gpus)}; MPS: {mps if mps is not None else '-'}")
 
 
 def _n(v: int | None) -> str:
@@ -68,14 +152,19 @@ def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> list[str]:
 
 
 def render_text(rec: Recommendation) -> str:
-    out = ["exporter recommend: " + "; ".join(rec.sources), ""]
+    out = ["exporter recommend: " + "; ".join(rec.sources)]
+    out += ["  " + line for line in basis_lines(rec)]
+    out += ["", "Summary:"] + ["  " + line for line in summary_lines(rec)] + [""]
     for p in rec.plans:
-        out.append(_headline(p))
-        out += ["  " + line for line in _table(gpu_rows(p), ("GPU", "change", "config", "instances"))]
-        out.append(f"  stranded memory {gib(p.stranded_bytes)}, compute shortfall {p.shortfall_sms} SMs")
+        out.append(headline(p))
+        out += ["  " + line for line in _table(workload_rows(p), ("workload", "at once", "per instance",
+                                                                  "slots at the peak moment"))]
+        out.append("")
+        out += ["  " + line for line in _table(gpu_rows(p), ("GPU", "change", "now", "config", "instances"))]
+        out.append(f"  stranded memory {gib(p.stranded_bytes)}, compute shortfall {plural(p.shortfall_sms, 'SM')}")
         out += [f"  - {r}" for r in p.reasons]
         if p.mps:
-            out.append(f"  MPS alternative: {len(p.mps)} GPUs")
+            out.append(f"  MPS alternative: {plural(gpus_needed(list(p.mps)), 'GPU')}")
             for a in p.mps[:MAX_MPS_DEVICES]:
                 out += ["    " + line for line in advice_lines(a)]
             if len(p.mps) > MAX_MPS_DEVICES:
@@ -98,19 +187,23 @@ def _md_escape(text: str) -> str:
 
 def render_markdown(rec: Recommendation) -> str:
     out = ["# GPU sharing recommendation", "", "Inputs: " + "; ".join(rec.sources), ""]
+    out += [f"- {_md_escape(line)}" for line in basis_lines(rec)]
+    out += ["", "## Summary", ""] + [f"- {line}" for line in summary_lines(rec)] + [""]
     for p in rec.plans:
-        out += [f"## {p.model}", "", _headline(p), "",
-                "| GPU | change | config | instances |", "|---|---|---|---|"]
+        out += [f"## {p.model}", "", headline(p), "",
+                "| workload | at once | per instance | slots at the peak moment |", "|---|---|---|---|"]
+        out += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in workload_rows(p)]
+        out += ["", "| GPU | change | now | config | instances |", "|---|---|---|---|---|"]
         out += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in gpu_rows(p)]
-        out += ["", f"Stranded memory {gib(p.stranded_bytes)}, compute shortfall {p.shortfall_sms} SMs.", ""]
+        out += ["", f"Stranded memory {gib(p.stranded_bytes)}, compute shortfall {plural(p.shortfall_sms, 'SM')}.", ""]
         out += [f"- {r}" for r in p.reasons]
         if p.mps:
-            out += ["", f"### MPS alternative: {len(p.mps)} GPUs", "",
+            out += ["", f"### MPS alternative: {plural(gpus_needed(list(p.mps)), 'GPU')}", "",
                     "| device | client | CUDA_MPS_PINNED_DEVICE_MEM_LIMIT | CUDA_MPS_ACTIVE_THREAD_PERCENTAGE | start offset |",
                     "|---|---|---|---|---|"]
             out += _md_clients(p.mps[:MAX_MPS_DEVICES])
             if len(p.mps) > MAX_MPS_DEVICES:
-                out += ["", f"... and {len(p.mps) - MAX_MPS_DEVICES} more GPUs (--format json)."]
+                out += ["", f"... and {len(p.mps) - MAX_MPS_DEVICES} more (--format json)."]
         out.append("")
     if rec.shared_now:
         out += ["## Devices shared now", "",
@@ -126,6 +219,9 @@ def _md_clients(advice) -> list[str]:
     rows = []
     for a in advice:
         for c in a.clients:
+            if a.verdict == "dedicated":
+                rows.append(f"| {_md_escape(a.device)} | {_md_escape(c.workload)} | whole GPUs | - | - |")
+                continue
             start = "-" if c.start_offset_seconds is None else f"+{c.start_offset_seconds:g} s"
             rows.append(f"| {_md_escape(a.device)} | {_md_escape(c.workload)} | `{c.pinned_limit}` | "
                         f"{c.active_thread_percentage} | {start} |")

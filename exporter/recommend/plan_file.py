@@ -13,6 +13,7 @@ Errors are UserError naming the file and the path inside it.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from functools import lru_cache
@@ -22,7 +23,7 @@ import yaml
 
 from exporter import catalog
 from exporter.errors import UserError
-from exporter.inputs import decode_utf8, value_problem
+from exporter.inputs import value_problem
 from exporter.recommend.demand import PRECISION_BYTES, Demand, FleetGpu, Workload, rule_sized_bytes
 from exporter.units import parse_bytes, parse_duration
 
@@ -32,14 +33,18 @@ WORKLOAD_KEYS = {"name", "count", "memory", "params", "precision", "timeline", "
 FLEET_KEYS = {"node", "gpu_model", "gpus", "layout"}
 _PARAM_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 MIN_BARE_BYTES = 2**20  # a bare number below 1 MiB is surely GB meant, not bytes
+MAX_SIZE_BYTES = 2**50  # 1 PiB: far beyond any GPU; larger is a typo (or 1e400)
+MAX_COUNT = 100_000  # instances of one workload, GPUs of one fleet entry
+MAX_PARAMS = 1e15
 
 
 def load_plan(path: str) -> Demand:
     """Demand from the plan file at ``path``."""
     try:
-        text = decode_utf8(Path(path).read_bytes(), path)
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise UserError(f"--workloads {path}: {exc.strerror or exc}") from None
+    text = data.decode("utf-8", "replace")
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -50,7 +55,41 @@ def load_plan(path: str) -> Demand:
     except (RecursionError, ValueError) as exc:  # nesting thousands deep, a number of thousands of digits
         problem = "nested too deeply" if isinstance(exc, RecursionError) else value_problem(exc)
         raise UserError(f"{path}: not valid YAML ({problem})") from None
+    if "\ufffd" in text and "\ufffd" not in data.decode("utf-8", "ignore"):
+        _not_utf8(data, doc, path)
     return parse_plan(doc, path)
+
+
+def _not_utf8(data: bytes, doc, path: str) -> None:
+    """UserError naming the field (else the line) that holds bytes that are not UTF-8."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        byte = data[exc.start]
+    field = _path_to(doc, "\ufffd")
+    where = f"{field}: " if field else ""
+    raise UserError(f"{path}: {where}not UTF-8 text (byte 0x{byte:02x} on line {line}); save the file as UTF-8")
+
+
+def _path_to(node, needle: str, where: str = "") -> str | None:
+    """The first path (``workloads[2].name``) whose key or value contains ``needle``."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            here = f"{where}.{k}" if where else str(k)
+            if needle in str(k):
+                return here
+            found = _path_to(v, needle, here)
+            if found:
+                return found
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            found = _path_to(v, needle, f"{where}[{i}]")
+            if found:
+                return found
+    elif isinstance(node, str) and needle in node:
+        return where or "top level"
+    return None
 
 
 def parse_plan(doc, path: str = "plan") -> Demand:
@@ -78,8 +117,10 @@ def parse_plan(doc, path: str = "plan") -> Demand:
             names.add(w.name)
             workloads.append(w)
     gpus = _fleet(doc.get("fleet", []), fail)
+    instances = sum(w.count for w in workloads)
     return Demand(workloads=tuple(workloads), gpus=tuple(gpus), targets=tuple(targets),
-                  sources=(f"plan {path} ({len(workloads)} workloads)",))
+                  sources=(f"plan {path} ({len(workloads)} workload{'s' if len(workloads) != 1 else ''}, "
+                           f"{instances} instance{'s' if instances != 1 else ''} at once)",))
 
 
 def _no_unknown(item: dict, allowed: set[str], where: str, fail):
@@ -101,23 +142,36 @@ def _ratio(value, where, fail, upper: float = 10.0) -> float:
     return float(value)
 
 
-def _size(value, where, fail) -> int:
+def _size(value, where, fail, allow_zero: bool = False) -> int:
+    if isinstance(value, str) and value.strip().startswith("-") or (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0):
+        fail(where, f"{value!r} is negative: a size must be above 0")
     try:
         size = parse_bytes(value)
+    except OverflowError:
+        fail(where, f"{value!r} is too large: at most {MAX_SIZE_BYTES // 2**50} PiB")
     except ValueError as exc:
         fail(where, str(exc))
+    if size == 0 and not allow_zero:
+        fail(where, f"{value!r} is zero: a workload needs some memory (e.g. '8GiB')")
+    if size > MAX_SIZE_BYTES:
+        fail(where, f"{value!r} is too large: at most {MAX_SIZE_BYTES // 2**50} PiB")
     if isinstance(value, (int, float)) and 0 < size < MIN_BARE_BYTES:
         fail(where, f"bare numbers are bytes; write e.g. '{value}GB' or '{value}GiB'")
     return size
 
 
 def _params(value, where, fail) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-        return float(value)
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmbgt]?)\s*", str(value).lower())
-    if not match or float(match.group(1)) <= 0:
-        fail(where, f"expected a parameter count such as 8B, 7.5B, 350M or 8e9, got {value!r}")
-    return float(match.group(1)) * _PARAM_SUFFIX[match.group(2)]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        count = float(value)
+    else:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmbgt]?)\s*", str(value).lower())
+        if not match:
+            fail(where, f"expected a parameter count such as 8B, 7.5B, 350M or 8e9, got {value!r}")
+        count = float(match.group(1)) * _PARAM_SUFFIX[match.group(2)]
+    if not math.isfinite(count) or not 0 < count <= MAX_PARAMS:
+        fail(where, f"expected a parameter count above 0 and at most {MAX_PARAMS:g}, got {value!r}")
+    return count
 
 
 def _timeline(value, where, fail):
@@ -133,7 +187,7 @@ def _timeline(value, where, fail):
             fail(f"{where}[{j}][0]", str(exc))
         if points and t < points[-1][0]:
             fail(f"{where}[{j}][0]", "times must not decrease")
-        points.append((t, _size(point[1], f"{where}[{j}][1]", fail) if point[1] != 0 else 0))
+        points.append((t, _size(point[1], f"{where}[{j}][1]", fail, allow_zero=True)))
     if points[0][0] != 0:
         fail(f"{where}[0][0]", "a timeline starts at 0s (the workload's start)")
     if points[-1][0] <= 0:
@@ -149,8 +203,8 @@ def _workloads(item, where, default_margin, fail) -> list[Workload]:
     if not isinstance(name, str) or not name.strip():
         fail(f"{where}.name", "expected a non-empty string")
     count = item.get("count", 1)
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        fail(f"{where}.count", f"expected a whole number >= 1, got {count!r}")
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT:
+        fail(f"{where}.count", f"expected a whole number from 1 to {MAX_COUNT:,}, got {count!r}")
     timeline = _timeline(item["timeline"], f"{where}.timeline", fail) if "timeline" in item else None
     if "params" in item:
         if "memory" in item:
@@ -171,20 +225,17 @@ def _workloads(item, where, default_margin, fail) -> list[Workload]:
     if "compute_sms" in item and "compute" in item:
         fail(where, "give either compute_sms or compute (a fraction of the GPU), not both")
     sms = item.get("compute_sms")
-    if sms is not None and (isinstance(sms, bool) or not isinstance(sms, (int, float)) or sms < 0):
+    if sms is not None and (isinstance(sms, bool) or not isinstance(sms, (int, float)) or not 0 <= sms <= 1e6):
         fail(f"{where}.compute_sms", f"expected a number of SMs >= 0, got {sms!r}")
     fraction = _ratio(item["compute"], f"{where}.compute", fail, 1.0) if "compute" in item else None
     tensor = _ratio(item["tensor"], f"{where}.tensor", fail, 1.0) if "tensor" in item else None
     model = _model(item["gpu_model"], f"{where}.gpu_model", fail) if "gpu_model" in item else None
     margin = _ratio(item.get("margin", default_margin), f"{where}.margin", fail)
-    base = name.strip()
     return [
         Workload(
-            name=base if count == 1 else f"{base}#{k + 1}", peak_memory_bytes=peak,
-            margin_ratio=margin, compute_sms=sms, compute_fraction=fraction, tensor_ratio=tensor,
-            timeline=timeline, gpu_model=model, sized_by=sized_by,
+            name=name.strip(), peak_memory_bytes=peak, margin_ratio=margin, count=count, compute_sms=sms,
+            compute_fraction=fraction, tensor_ratio=tensor, timeline=timeline, gpu_model=model, sized_by=sized_by,
         )
-        for k in range(count)
     ]
 
 
@@ -202,8 +253,8 @@ def _fleet(items, fail) -> list[FleetGpu]:
             fail(where, "gpu_model is required")
         key = _model(item["gpu_model"], f"{where}.gpu_model", fail)
         count = item.get("gpus", 1)
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            fail(f"{where}.gpus", f"expected a whole number >= 1, got {count!r}")
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT:
+            fail(f"{where}.gpus", f"expected a whole number from 1 to {MAX_COUNT:,}, got {count!r}")
         layout = _layout(item["layout"], key, f"{where}.layout", fail) if "layout" in item else None
         gpus.extend(FleetGpu(node=node, index=k, model=key, layout=layout) for k in range(count))
     return gpus

@@ -1,273 +1,192 @@
-"""Exact MIG planner: fewest GPUs, then least stranded memory, then least compute shortfall.
+"""Exact, deterministic planner: fewest GPUs for what is alive together, then fewest GPUs whose
+layout changes, then least stranded memory, then least compute shortfall.
 
-Formulation (a pattern model, so its size depends on workload *classes* and profiles, never
-on the number of workloads):
+Formulation (per GPU model; sizes depend on slots, patterns and shared groups, never on the
+number of instances or time points):
 
-- a class is the set of workloads with the same smallest fitting memory and the same SM
-  need (whole SMs); workloads in a class are interchangeable for every objective;
-- ``y[L]`` = GPUs configured with pattern L (see patterns.py), ``x[c,p]`` = workloads of
-  class c placed in instances of profile p (only where p's memory holds c's peak + margin);
-- every workload gets one instance: sum_p x[c,p] = n_c;
-- instances of p used <= instances of p configured: sum_c x[c,p] <= sum_L count(L,p) y[L].
+- ``y[L]`` GPUs configured with pattern L (slots.py: MIG patterns, ``full`` = MIG off, and the
+  fleet's current layouts); ``u[q]`` slots of kind q in use (``u[q] <= sum_L count(L,q) y[L]``);
+- demand is time-resolved: at every time point t, the instances alive whose need is at
+  least level k must not outnumber the used slots of level >= k (Hall's condition for nested
+  sizes, so a matching of instances to slots exists at every instant). Jobs that never ran
+  at the same time share a slot;
+- ``keep[L] <= min(y[L], fleet GPUs whose layout is L now)``: GPUs that keep their layout;
+- ``g[d]`` (0/1) for each device several instances shared at once (MPS, time-slicing): 1
+  keeps the group together in one slot of the group's summed need, 0 gives every instance its
+  own slot. The level rows are linear in ``g`` (the group replaces its members' counts).
 
-Objectives, solved one after another with the earlier optima fixed (lexicographic, exact
-because each objective is an integer):
-1. GPUs: sum_L y[L];
-2. stranded memory (MiB): memory of the GPUs in no instance plus memory of assigned
-   instances above their workload's need. Free instances are *not* stranded: they are
-   spare capacity a future workload can take;
-3. compute shortfall (SMs): sum over workloads of max(0, SM need - SMs of its profile);
-4. fewest distinct layouts (one mig-parted config per layout), then the smallest profile
-   that fits each workload (Run:ai's rule, seed 003), as tie-breakers.
+Objectives, lexicographic, each optimum held in the next stage (all integer, exact):
+1. GPUs; 2. GPUs that keep their layout, then groups kept together (maximised);
+3. stranded memory: memory in no slot plus memory of the slots in use;
+4. with the groups fixed, compute shortfall of an assignment of the instances alive at the
+   peak moment (SMs needed beyond the slot's), then the smallest slot that fits;
+5. fewest distinct layouts (one mig-parted config each), within a fixed node budget.
 
-scipy.optimize.milp (HiGHS) solves each stage; mip_rel_gap=0 makes the result an optimum.
+No stage depends on a clock: every stage runs HiGHS to proven optimality; stage 5 stops
+after ``LAYOUT_NODE_LIMIT`` branch-and-bound nodes (the same on every machine) and
+``layouts_minimal`` says whether it proved its optimum (planner_milp.py holds the stages). The time rows are generated: the
+plan is solved on the time points that bind, checked against all, and re-solved with the
+violated ones added until none is.
 """
 
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 
-from exporter.recommend.demand import Workload
-from exporter.recommend.patterns import ModelPatterns, Placement, layout_for_pattern
+from exporter.recommend import planner_milp
+from exporter.recommend.slots import ModelSlots
 
-STAGE_TIME_LIMIT_SECONDS = 20.0
-# The distinct-layouts tie-breaker is a convenience (fewer mig-parted configs), not part of
-# the optimum: its search stops here and keeps the best grouping found.
-TIDY_TIME_LIMIT_SECONDS = 0.05
+
+@dataclass(frozen=True, eq=False)
+class Item:
+    """A workload's instances as the planner sees them."""
+
+    name: str
+    need_mib: int
+    sms: int  # SMs per instance (0 unknown)
+    weight: int  # GPUs per instance (>1: larger than one GPU, MIG off, model parallel)
+    tier: int  # level index of its smallest slot
+    counts: np.ndarray  # instances alive per time point
+    homes: frozenset = frozenset()  # slot kinds it runs in now (preferred, all else equal)
+
+
+@dataclass(frozen=True, eq=False)
+class Group:
+    """Instances that shared one device at once and may stay together."""
+
+    key: str
+    need_mib: int
+    tier: int
+    alive: np.ndarray  # time points where any member ran
+    members: dict[str, np.ndarray]  # item name -> its instances on this device per time point
+    home: str = ""  # slot kind of the device it shares now ("full" for a whole GPU)
 
 
 @dataclass(frozen=True)
 class PlannedGpu:
-    layout: tuple[Placement, ...]  # valid for the model
-    workloads: tuple[str | None, ...]  # per instance, None = free instance
     pattern: tuple[int, ...]
+    layout: tuple[tuple[str, int], ...]  # () for MIG off
+    occupants: tuple[str | None, ...]  # per slot (layout order; one for MIG off), at the peak moment
+    keep: bool  # planned on a GPU that has this layout now
 
 
 @dataclass(frozen=True)
-class MigSolution:
+class Plan:
     gpus: tuple[PlannedGpu, ...]
+    kept_groups: tuple[str, ...]
     stranded_mib: int
     shortfall_sms: int
-    optimal: bool  # GPUs, stranded memory and shortfall proven optimal (no time limit hit)
-    layouts_minimal: bool  # the number of distinct layouts is proven minimal too
+    peak_index: int  # time point of the peak moment
+    optimal: bool
+    layouts_minimal: bool
     solve_seconds: float
-    classes: int  # problem size, for the report
+    rows: int  # time points whose rows the solution was proven on (every other one holds too)
     patterns: int
+    at_once: int = 0  # most instances alive at one time
 
 
-def fits(mp: ModelPatterns, w: Workload) -> bool:
-    """True when ``w`` fits the largest planning profile of the model."""
-    return w.memory_need_mib <= mp.full_memory_mib
+class _Problem:
+    def __init__(self, ms: ModelSlots, items: list[Item], groups: list[Group], current: dict):
+        self.ms, self.items, self.groups = ms, items, groups
+        pats = list(ms.patterns)
+        for p in current:
+            if p not in pats:
+                pats.append(p)
+        self.pats = pats
+        self.current = [current.get(p, 0) for p in pats]
+        K, Q, P, D = len(ms.levels), len(ms.slots), len(pats), len(groups)
+        self.K, self.Q, self.P, self.D = K, Q, P, D
+        T = len(items[0].counts) if items else 1
+        # A[k, t]: instances (GPU-weighted) of level >= k alive at t, every group broken up.
+        self.A = np.zeros((K, T))
+        for it in items:
+            self.A[: it.tier + 1] += it.weight * it.counts
+        # Delta[d, k, t]: change of A when group d stays together.
+        by_name = {it.name: it for it in items}
+        self.delta = np.zeros((D, K, T))
+        for d, g in enumerate(groups):
+            self.delta[d, : g.tier + 1] += g.alive
+            for name, counts in g.members.items():
+                it = by_name[name]
+                self.delta[d, : it.tier + 1] -= it.weight * counts
+        # Variable blocks.
+        self.Y, self.KEEP, self.U, self.G = 0, P, 2 * P, 2 * P + Q
+        self.n = 2 * P + Q + D
+        self.slot_mem = np.array([s.memory_mib for s in ms.slots], dtype=float)
+        self.level_of_slot = np.array([ms.levels.index(s.memory_mib) for s in ms.slots])
+
+    def demand(self, g: np.ndarray) -> np.ndarray:
+        """Level demand at every time point with groups ``g`` kept."""
+        return self.A + np.tensordot(g, self.delta, axes=1) if self.D else self.A
 
 
-def _classes(mp: ModelPatterns, workloads: list[Workload]):
-    classes: dict[tuple[int, int], list[Workload]] = defaultdict(list)
-    for w in workloads:
-        tier = min(p.memory_mib for p in mp.profiles if p.memory_mib >= w.memory_need_mib)
-        classes[(tier, w.sms_on(mp.model))].append(w)
-    return classes
+def plan(ms: ModelSlots, items: list[Item], groups: list[Group] = (), current: dict | None = None) -> Plan:
+    """Optimal plan for ``items`` (and shared ``groups``) on GPUs of ``ms.model``.
 
-
-def plan_mig(mp: ModelPatterns, workloads: list[Workload]) -> MigSolution:
-    """Optimal GPUs, layouts and placement for ``workloads`` (each must fit a profile)."""
-    from scipy.optimize import LinearConstraint
-
+    ``current`` maps a pattern to the number of fleet GPUs with that layout now.
+    """
     started = time.perf_counter()
-    if not workloads:
-        return MigSolution((), 0, 0, True, True, 0.0, 0, len(mp.patterns))
-    if any(not fits(mp, w) for w in workloads):
-        raise ValueError("plan_mig: a workload fits no profile; route it to a dedicated GPU first")
-    classes = _classes(mp, workloads)
-    keys = list(classes)
-    model = _Model(mp, keys, [len(classes[k]) for k in keys])
-
-    objectives = model.objectives()
-    # Stages 1 and 2 depend on memory only: solve them on classes merged by memory tier (a
-    # handful), then hold their optima in the full model for the compute stage.
-    tiers: dict[tuple[int, int], int] = defaultdict(int)
-    for (tier, _), members in classes.items():
-        tiers[(tier, 0)] += len(members)
-    coarse = _Model(mp, list(tiers), list(tiers.values()))
-    optimal = True
-    values: list[int] = []
-    constraints = [coarse.base]
-    # Each optimum is held (+0.5: objectives are integers) in the stages after it.
-    for c in coarse.objectives()[:2]:
-        sol, ok = coarse.solve(c, constraints)
-        optimal = optimal and ok
-        values.append(int(round(float(c @ sol))))
-        constraints = [*constraints, LinearConstraint(c.reshape(1, -1), -np.inf, values[-1] + 0.5)]
-    constraints = [model.base, *(LinearConstraint(c.reshape(1, -1), -np.inf, v + 0.5)
-                                 for c, v in zip(objectives[:2], values))]
-    sol, ok = model.solve(objectives[2], constraints)
-    optimal = optimal and ok
-    values.append(int(round(float(objectives[2] @ sol))))
-    constraints.append(LinearConstraint(objectives[2].reshape(1, -1), -np.inf, values[-1] + 0.5))
-    # Stage 4 keeps the instance usage u (hence placements and shortfall) of stage 3 and only
-    # regroups instances into as few distinct layouts as the fixed GPU count allows.
-    budget = values[1] - float(objectives[1][model.U:model.X] @ sol[model.U:model.X])
-    layouts, minimal = model.solve(
-        objectives[3], [*constraints[:3], model.link(values[0], budget + 0.5)],
-        hold_usage=sol, time_limit=TIDY_TIME_LIMIT_SECONDS, required=False)
-    if layouts is None:  # nothing better found in time: keep stage 3's layouts
-        layouts, minimal = sol, False
-    sol = np.round(np.concatenate([layouts[:model.U], sol[model.U:]])).astype(int)
-    if not model.placements_valid(sol):  # x was not a vertex (should not happen): with the
-        # layouts and usage held, the placement alone is a transportation problem, integral at
-        # its optimum, which reaches the same shortfall.
-        fixed, ok = model.solve(objectives[2], [model.base], hold_usage=sol, hold_layouts=True, integral=True)
-        sol = np.round(fixed).astype(int)
-
-    planned = _materialize(mp, sol, model, keys, classes)
-    need_mib = sum(w.memory_need_mib for w in workloads)
-    return MigSolution(
-        gpus=planned,
-        stranded_mib=values[1] - need_mib,
-        shortfall_sms=int(round(float(model.shortfall @ sol))),
-        optimal=optimal,
-        layouts_minimal=minimal,
-        solve_seconds=time.perf_counter() - started,
-        classes=len(keys),
-        patterns=len(mp.patterns),
-    )
+    groups = [g for g in groups if g.members]
+    if not items:
+        return Plan((), (), 0, 0, 0, True, True, 0.0, 0, len(ms.patterns), 0)
+    pb = _Problem(ms, items, list(groups), dict(current or {}))
+    rows = planner_milp.initial_rows(pb)
+    while True:
+        sol, optimal, minimal, peak = planner_milp.solve(pb, rows)
+        g = np.round(sol[pb.G:pb.G + pb.D])
+        need = pb.demand(g)
+        supply = planner_milp.supply(pb, sol)
+        violated = {(k, int(np.argmax(need[k]))) for k in range(pb.K) if need[k].max() > supply[k] + 1e-6}
+        if not violated - rows:
+            break
+        rows |= violated
+    return _materialize(pb, sol, peak, optimal, minimal, time.perf_counter() - started, len({t for _, t in rows}))
 
 
-class _Model:
-    """Variables: y[L] GPUs per pattern, z[L] pattern used, u[p] instances of p used (all
-    integer), x[c,p] placements (continuous: for integer u the placement constraints are a
-    bipartite flow, whose vertices are integral)."""
-
-    def __init__(self, mp: ModelPatterns, keys, sizes):
-        from scipy.optimize import LinearConstraint
-        from scipy.sparse import coo_matrix
-
-        self.mp, self.keys, self.sizes = mp, keys, sizes
-        profiles = mp.profiles
-        P, R, C = len(mp.patterns), len(profiles), len(keys)
-        self.pairs = [(ci, pi) for ci, (tier, _) in enumerate(keys)
-                      for pi, p in enumerate(profiles) if p.memory_mib >= tier]
-        K = len(self.pairs)
-        self.Y, self.Z, self.U, self.X = 0, P, 2 * P, 2 * P + R
-        self.n = 2 * P + R + K
-        total = sum(sizes)
-        rows, cols, vals = [], [], []
-
-        def put(r, c, v):
-            rows.append(r), cols.append(c), vals.append(v)
-
-        for k, (ci, pi) in enumerate(self.pairs):
-            put(ci, self.X + k, 1)  # class rows: each workload placed once
-            put(C + pi, self.X + k, 1)  # profile rows: placements of p == u[p]
-        for pi in range(R):
-            put(C + pi, self.U + pi, -1)
-            put(C + R + pi, self.U + pi, 1)  # capacity rows: u[p] <= configured p
-            for li, pattern in enumerate(mp.patterns):
-                if pattern[pi]:
-                    put(C + R + pi, self.Y + li, -pattern[pi])
-        a = coo_matrix((vals, (rows, cols)), shape=(C + 2 * R, self.n)).tocsr()
-        lo = np.concatenate([sizes, np.zeros(R), np.full(R, -np.inf)])
-        hi = np.concatenate([sizes, np.zeros(R), np.zeros(R)])
-        self.base = LinearConstraint(a, lo, hi)
-        self.upper = np.concatenate([
-            np.full(P, total), np.ones(P), np.full(R, total),
-            [sizes[ci] for ci, _ in self.pairs],
-        ])
-        self.integrality = np.concatenate([np.ones(2 * P + R), np.zeros(K)])
-        self._objectives = None
-
-    def objectives(self) -> list[np.ndarray]:
-        if self._objectives is not None:
-            return self._objectives
-        mp, P, R = self.mp, len(self.mp.patterns), len(self.mp.profiles)
-        gpus = np.zeros(self.n)
-        gpus[self.Y:self.Y + P] = 1
-        stranded = np.zeros(self.n)
-        stranded[self.Y:self.Y + P] = [mp.uncovered_mib(li) for li in range(P)]
-        stranded[self.U:self.U + R] = [p.memory_mib for p in mp.profiles]
-        shortfall = np.zeros(self.n)
-        for k, (ci, pi) in enumerate(self.pairs):
-            shortfall[self.X + k] = max(0, self.keys[ci][1] - mp.profiles[pi].sm_count)
-        # Shortfall first, then the rank of the profiles used (smallest that fits first); the
-        # weight exceeds any sum of ranks, so the weighted sum is exactly lexicographic.
-        ranked = shortfall * ((R - 1) * sum(self.sizes) + 1)
-        ranked[self.U:self.U + R] = np.arange(R)
-        layouts = np.zeros(self.n)
-        layouts[self.Z:self.Z + P] = 1
-        self.shortfall = shortfall
-        self._objectives = [gpus, stranded, ranked, layouts]
-        return self._objectives
-
-    def link(self, gpus: int, uncovered_budget: float):
-        """Rows y[L] <= M[L] * z[L]: z[L] is 1 when pattern L is used.
-
-        M[L] is the most GPUs pattern L can take: the GPU count, and no more GPUs than the
-        stranded-memory budget allows for a pattern that leaves memory uncovered (a tighter
-        M makes the relaxation stronger and the search much shorter).
-        """
-        from scipy.optimize import LinearConstraint
-        from scipy.sparse import diags, hstack, identity
-
-        P = len(self.mp.patterns)
-        bigm = np.array([
-            min(gpus, int(uncovered_budget // u)) if (u := self.mp.uncovered_mib(li)) > 0 else gpus
-            for li in range(P)
-        ], dtype=float)
-        a = hstack([identity(P), diags(-bigm), np.zeros((P, self.n - 2 * P))]).tocsr()
-        return LinearConstraint(a, -np.inf, 0)
-
-    def placements_valid(self, sol) -> bool:
-        """True when the rounded x places every class exactly and uses exactly u."""
-        a = self.base.A
-        return bool(np.all(np.abs(a @ sol - np.clip(a @ sol, self.base.lb, self.base.ub)) < 1e-6))
-
-    def solve(self, c, constraints, hold_usage=None, hold_layouts=False, integral=False,
-              time_limit=STAGE_TIME_LIMIT_SECONDS, required=True):
-        """Optimal vector for objective c; with ``hold_usage``, u (and with ``hold_layouts``
-        y and z too) is held at hold_usage's values."""
-        from scipy.optimize import Bounds, milp
-
-        lower = np.zeros(self.n)
-        upper = self.upper.copy()
-        integrality = np.ones(self.n) if integral else self.integrality
-        if hold_usage is not None:
-            held = slice(0 if hold_layouts else self.U, self.X)
-            lower[held] = upper[held] = np.round(hold_usage[held])
-        result = milp(c, constraints=constraints, integrality=integrality,
-                      bounds=Bounds(lower, upper),
-                      options={"time_limit": time_limit, "mip_rel_gap": 0.0})
-        if result.x is None:
-            if not required:
-                return None, False
-            raise RuntimeError(f"MIG planner failed: {result.message}")
-        return np.asarray(result.x), result.status == 0
-
-
-def _materialize(mp, sol, model: _Model, keys, classes) -> tuple[PlannedGpu, ...]:
-    """GPUs with concrete layouts and one workload name per assigned instance."""
-    n_pat, pairs = len(mp.patterns), model.pairs
-    layouts: list[tuple[tuple[int, ...], tuple[Placement, ...]]] = []
-    for li in sorted(range(n_pat), key=lambda i: -sol[i]):  # most used layout first
-        for _ in range(sol[li]):
-            layouts.append((mp.patterns[li], layout_for_pattern(mp, mp.patterns[li])))
-    slots: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for gi, (_, layout) in enumerate(layouts):
-        for ii, (name, _) in enumerate(layout):
-            slots[name].append((gi, ii))
-    names: list[list[str | None]] = [[None] * len(layout) for _, layout in layouts]
-    queues = {key: iter(members) for key, members in classes.items()}
-    taken = defaultdict(int)
-    for k, (ci, pi) in enumerate(pairs):
-        count = sol[model.X + k]
-        profile = mp.profiles[pi].name
+def _materialize(pb: _Problem, sol, peak, optimal, minimal, seconds, nrows) -> Plan:
+    ms = pb.ms
+    y = sol[pb.Y:pb.Y + pb.P].astype(int)
+    keep = sol[pb.KEEP:pb.KEEP + pb.P].astype(int)
+    gpus: list[list] = []
+    for li in sorted(range(pb.P), key=lambda i: (-y[i], i)):  # most used layout first
+        for j in range(y[li]):
+            pattern = pb.pats[li]
+            layout = ms.layout(pattern)
+            names = [name for name, _ in layout] if layout else [ms.slots[ms.full].name]
+            gpus.append([pattern, layout, [None] * len(names), j < keep[li], names])
+    alive, pairs, x = getattr(pb, "assignment", ([], [], np.zeros(0)))
+    number: dict[str, int] = {}  # instances of a workload are numbered across the slots they take
+    free: dict[str, list[tuple[int, int]]] = {}
+    for gi, (_, _, _, _, names) in enumerate(gpus):
+        for si, name in enumerate(names):
+            free.setdefault(name, []).append((gi, si))
+    stranded = sum(ms.uncovered_mib(g[0]) for g in gpus)
+    shortfall = 0
+    for (ci, q), count in zip(pairs, x.astype(int)):
+        name, _, _, sms, weight, _ = alive[ci]
+        slot = ms.slots[q]
+        need = _need_of(pb, name)
+        several = alive[ci][1] > 1
         for _ in range(count):
-            gi, ii = slots[profile][taken[profile]]
-            taken[profile] += 1
-            names[gi][ii] = next(queues[keys[ci]]).name
-    return tuple(
-        PlannedGpu(layout=layout, workloads=tuple(n), pattern=pattern)
-        for (pattern, layout), n in zip(layouts, names)
-    )
+            number[name] = number.get(name, 0) + 1
+            for part in range(weight):
+                gi, si = free[slot.name].pop(0)
+                label = f"{name} #{number[name]}" if several else name
+                gpus[gi][2][si] = label if weight == 1 else f"{label} ({part + 1} of {weight} GPUs)"
+            stranded += max(0, slot.memory_mib * weight - need)
+            shortfall += max(0, sms - slot.sms)
+    kept = tuple(grp.key for grp, v in zip(pb.groups, sol[pb.G:pb.G + pb.D]) if v > 0.5)
+    return Plan(
+        gpus=tuple(PlannedGpu(p, lay, tuple(occ), bool(k)) for p, lay, occ, k, _ in gpus),
+        kept_groups=kept, stranded_mib=int(stranded), shortfall_sms=int(shortfall), peak_index=peak,
+        optimal=optimal, layouts_minimal=minimal, solve_seconds=seconds, rows=nrows, patterns=pb.P,
+        at_once=int(np.sum([it.counts for it in pb.items], axis=0).max()))
+
+
+def _need_of(pb: _Problem, name: str) -> int:
+    if name.startswith("group:"):
+        return next(g.need_mib for g in pb.groups if f"group:{g.key}" == name)
+    return next(it.need_mib for it in pb.items if it.name == name)

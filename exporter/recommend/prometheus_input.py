@@ -1,41 +1,51 @@
-"""`--prometheus URL --window 7d`: demand from the exporter's history in Prometheus.
+"""`--prometheus URL --window 7d`: a time-resolved demand from the exporter's history.
 
-Instant queries through /api/v1/query (over the window with *_over_time):
-- ``last_over_time(gpushare_gpu_info[W])``: GPUs, their product names and MIG mode;
-- ``last_over_time(gpushare_mig_info[W])``: MIG instances (profile, placement, SMs);
-- per chunk of nodes: ``max_over_time(gpushare_process_memory_used_bytes[W])`` (peaks),
-  ``avg_over_time(gpushare_process_sm_utilization_ratio[W])``, the device SM and tensor
-  activity, MIG instance memory, and how many processes ran at once per device;
-- /api/v1/query_range for the processes of devices shared by several at once, whose
-  memory timelines drive the stagger advice.
-The node is the ``--node-label`` label (default ``instance``, the scrape target). A progress
-bar goes to stderr when it is a terminal.
+Every query is listed in docs/recommend.md ("Prometheus queries"). In short, at the window's
+end E (``--at``, else now, rounded down to the step):
+
+- the fleet: ``gpushare_gpu_info`` / ``gpushare_mig_info`` now (current MIG layouts), and
+  ``last_over_time(...[W])`` for GPUs that stopped reporting;
+- per chunk of nodes, per (node, uuid, gi, workload): instance peaks, instance and sample
+  counts, SM use, and how many instances ran at once on each device;
+- per workload, fleet-wide: the ``--quantile`` of its instances' peaks;
+- time-resolved, per chunk (``query_range``, step S): the most instances of each workload
+  alive in each step, ``max_over_time(count by (workload, process) (...)[S:R])`` where R is
+  the scrape interval, so two jobs that ran one after another in a step count once;
+  presence of each node (scrape gaps), and for devices shared by several instances at once
+  their per-workload counts and summed memory.
+
+A series is an instance: every distinct series of gpushare_process_memory_used_bytes with the
+same (node, uuid, gi, workload) is one running instance, whatever other label tells them
+apart (``pid`` today, a pod or replica label when the exporter aggregates).
 """
 
 from __future__ import annotations
 
-import json
+import math
 import re
 import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections import defaultdict
+
+import numpy as np
 
 from exporter.errors import UserError
-from exporter.recommend.observed import ObservedFleet
+from exporter.recommend import promql, prometheus_demand, prometheus_fleet
+from exporter.recommend.demand import Demand
+from exporter.recommend.promql import MEMORY, NOT_MPS_SERVER, SM_UTIL, one_of, selector
 
-CHUNK_NODES = 25  # nodes per query: bounded answers on big fleets, a progress step each
-TIMEOUT_SECONDS = 60.0
+CHUNK_NODES = 50  # nodes per query: bounded answers on big fleets, a progress step each
+MAX_POINTS = 2000  # time points of the time-resolved counts (Prometheus allows 11,000)
+DEFAULT_RESOLUTION = 15.0  # scrape interval assumed when the history does not tell
 _WINDOW_UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
+MPS_SHARING = 'sharing=~"mps|mig[+]mps"'
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
-def parse_window(text: str) -> int:
+def parse_window(text: str, flag: str = "--window") -> int:
     """Seconds in a Prometheus-style duration such as '7d', '12h', '1d12h', '90m'."""
     parts = re.findall(r"(\d+)([wdhms])", str(text))
     if not parts or "".join(n + u for n, u in parts) != str(text).strip() or not sum(int(n) for n, _ in parts):
-        raise UserError(f"--window {text}: expected a duration such as 7d, 12h, 1d12h or 90m")
+        raise UserError(f"{flag} {text}: expected a duration such as 7d, 12h, 1d12h or 90m")
     return sum(int(n) * _WINDOW_UNITS[u] for n, u in parts)
 
 
@@ -57,167 +67,184 @@ class Progress:
             self.stream.flush()
 
 
-class PrometheusClient:
-    def __init__(self, url: str, timeout: float = TIMEOUT_SECONDS):
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise UserError(f"--prometheus {url}: expected an http(s) URL such as http://prometheus:9090")
-        self.url, self.timeout = url.rstrip("/"), timeout
+class History:
+    """The window being read: its end, step and resolution, and the queries that read it."""
 
-    def _get(self, path: str, params: dict) -> list:
-        target = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
-        try:
-            with urllib.request.urlopen(target, timeout=self.timeout) as response:
-                body = response.read()
-        except urllib.error.HTTPError as exc:
-            body = exc.read()
+    def __init__(self, client: promql.Client, node_label: str, seconds: int, at: float | None):
+        if not _LABEL_NAME.match(node_label):
+            raise UserError(f"--node-label {node_label}: not a Prometheus label name")
+        self.client, self.node_label, self.seconds = client, node_label, seconds
+        now = time.time() if at is None else at
+        self.requested = seconds
+        self.resolution = self._resolution(now, seconds)
+        # The grid covers the history Prometheus holds, not the window asked for: a week's window
+        # over a day of data keeps the day's fine steps.
+        held = self._held_seconds(now, seconds)
+        self.step = max(self.resolution, float(math.ceil(held / MAX_POINTS)))
+        self.end = math.floor(now / self.step) * self.step  # the same window for runs within one step
+        self.points = max(1, int(math.ceil(min(seconds, held + self.step) / self.step)))
+        self.seconds = int(self.points * self.step)
+        self.w = f"{self.seconds}s"
+        self.times = self.end - self.step * np.arange(self.points - 1, -1, -1)
+
+    def _held_seconds(self, now: float, seconds: int) -> float:
+        """How far back the history reaches within the window (to a thousandth of the window)."""
+        coarse = max(self.resolution, math.ceil(seconds / 1000))
+        first = [promql.value(s) for s in self.client.query(
+            f"min(min_over_time(timestamp(gpushare_gpu_info)[{seconds}s:{coarse:g}s]))", now)]
+        first = [t for t in first if t is not None]
+        if not first:
+            return float(seconds)
+        return float(min(seconds, max(self.resolution, now - first[0] + coarse)))
+
+    def _resolution(self, now: float, seconds: int) -> float:
+        """The scrape interval: the shortest span / samples of a gpushare_gpu_info series over the last ten
+        minutes (a series that changed labels midway has fewer samples, not a longer interval)."""
+        span = min(seconds, 600)
+        intervals = []
+        for s in self.client.query(f"count_over_time(gpushare_gpu_info[{span}s])", now):
+            n = promql.value(s)
+            if n and n >= 2:
+                intervals.append(span / n)
+        if not intervals:
+            return DEFAULT_RESOLUTION
+        return float(max(1, round(min(intervals))))
+
+    def instant(self, query: str) -> list:
+        return self.client.query(query, self.end)
+
+    def series(self, query: str) -> list[tuple[dict, np.ndarray]]:
+        """``query`` over the window: (labels, values on self.times, NaN where absent) per series."""
+        start = float(self.times[0])
+        out = []
+        for s in self.client.query_range(query, start, self.end, self.step):
+            values = np.full(self.points, np.nan)
             try:
-                message = json.loads(body).get("error", "")
+                pairs = np.array(s.get("values") or [], dtype=float).reshape(-1, 2)
             except ValueError:
-                message = ""
-            raise UserError(f"--prometheus {self.url}: HTTP {exc.code} for {params['query']!r}: "
-                            f"{message or exc.reason}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise UserError(f"--prometheus {self.url}: cannot reach it: {getattr(exc, 'reason', exc)}") from None
-        try:
-            doc = json.loads(body)
-        except ValueError:
-            raise UserError(f"--prometheus {self.url}: answer to {params['query']!r} is not JSON") from None
-        if doc.get("status") != "success":
-            raise UserError(f"--prometheus {self.url}: {params['query']!r} failed: {doc.get('error', doc)}")
-        return doc.get("data", {}).get("result", [])
+                pairs = np.zeros((0, 2))
+            k = np.rint((pairs[:, 0] - start) / self.step).astype(int)
+            inside = (k >= 0) & (k < self.points)
+            values[k[inside]] = pairs[inside, 1]
+            out.append((s.get("metric", {}), values))
+        return out
 
-    def query(self, promql: str) -> list:
-        return self._get("/api/v1/query", {"query": promql})
+    @property
+    def fresh_seconds(self) -> float:
+        """How old a sample may be and its series still count as running: one scrape interval plus a
+        little jitter. Live scrapes end a series at once (staleness markers); history without
+        them (backfilled, remote-read) would otherwise keep a finished job alive for 5 minutes and
+        count it together with the job that followed it."""
+        return self.resolution + max(1.0, 0.1 * self.resolution)
 
-    def query_range(self, promql: str, start: float, end: float, step: float) -> list:
-        return self._get("/api/v1/query_range",
-                         {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"})
+    def fresh_memory(self, *matchers: str) -> str:
+        return promql.fresh(MEMORY, *matchers, NOT_MPS_SERVER, seconds=self.fresh_seconds)
 
 
-def _value(series) -> float | None:
-    try:
-        v = float(series["value"][1])
-    except (KeyError, IndexError, TypeError, ValueError):
-        return None
-    return v if v == v else None  # NaN -> None
-
-
-def load_prometheus(url: str, window: str, fleet: ObservedFleet, node_label: str = "instance",
-                    progress_stream=None, progress: bool | None = None) -> None:
-    """Add the fleet Prometheus saw over ``window`` to ``fleet``."""
-    client = PrometheusClient(url)
-    seconds = parse_window(window)
-    w = f"{seconds}s"
-    gpus = client.query(f"last_over_time(gpushare_gpu_info[{w}])")
-    if not gpus:
-        raise UserError(f"--prometheus {url}: no gpushare_gpu_info series in the last {window}: "
+def load_prometheus(url: str, window: str, *, node_label: str = "instance", at: float | None = None,
+                    margin: float | None = None, quantile: float | None = None, min_window: float = 0.0,
+                    progress_stream=None, progress: bool | None = None) -> Demand:
+    """The demand Prometheus saw over ``window``."""
+    client = promql.Client(url)
+    hist = History(client, node_label, parse_window(window), at)
+    fleet = prometheus_fleet.FleetFromHistory(hist.node_label, hist.times)
+    fleet.read_gpus(hist.instant("gpushare_gpu_info"), hist.instant(f"last_over_time(gpushare_gpu_info[{hist.w}])"),
+                    hist.instant("gpushare_mig_info"), hist.instant(f"last_over_time(gpushare_mig_info[{hist.w}])"))
+    if not fleet.models:
+        raise UserError(f"--prometheus {client.url}: no gpushare_gpu_info series in the last {window}: "
                         "is the exporter scraped?")
-    mig = defaultdict(dict)
-    for s in client.query(f"last_over_time(gpushare_mig_info[{w}])"):
-        m = s["metric"]
-        mig[(m.get(node_label, ""), m.get("uuid", ""))][m.get("gi", "")] = m
-    models = {}
-    for s in gpus:
-        m = s["metric"]
-        node, uuid = m.get(node_label, ""), m.get("uuid", "")
-        try:
-            index = int(m.get("gpu", ""))
-        except ValueError:
-            continue
-        model = fleet.gpu(node, index, m.get("name", ""), uuid)
-        if model is None:
-            continue
-        models[(node, uuid)] = (model, index)
-        if m.get("mig_mode") in ("true", "1", "True"):
-            fleet.layout(node, index, tuple(sorted(
-                (gi["profile"], int(gi.get("placement_start", 0))) for gi in mig[(node, uuid)].values())))
-    nodes = sorted({node for node, _ in models})
-    bar = Progress(len(nodes), f"prometheus {len(nodes)} nodes", progress_stream, progress)
-    end = time.time()
-    for i in range(0, len(nodes), CHUNK_NODES):
-        chunk = nodes[i:i + CHUNK_NODES]
-        _load_chunk(client, fleet, chunk, node_label, w, mig, models, end, seconds)
-        bar.step(len(chunk))
-    fleet.source(f"prometheus {url} (window {window}, {len(nodes)} nodes)")
+    chunks = fleet.chunks(CHUNK_NODES)
+    bar = Progress(2 * len(chunks) + 1, f"prometheus {len(fleet.nodes)} nodes", progress_stream, progress)
+    for nodes in chunks:
+        _read_devices(hist, fleet, nodes)
+        bar.step()
+    L = hist.node_label
+    fleet.read_quantiles(hist.instant(
+        f"quantile by (workload, process) ({fleet_quantile(quantile)}, "
+        f"max_over_time({selector(MEMORY, NOT_MPS_SERVER)}[{hist.w}]))"))
+    bar.step()
+    for nodes in chunks:
+        _read_counts(hist, fleet, nodes, L)
+        bar.step()
+    held = "" if hist.seconds >= hist.requested else f", history held: {hist.seconds} s"
+    fleet.source(f"prometheus {client.url} (window {window} to {_iso(hist.end)}{held}, step {hist.step:g} s, "
+                 f"{len(fleet.nodes)} node{'s' if len(fleet.nodes) != 1 else ''}, {client.requests} queries)")
+    return prometheus_demand.to_demand(fleet, hist, margin=margin, quantile=fleet_quantile(quantile),
+                                      min_window=min_window)
 
 
-def _pid(labels: dict) -> int | None:
-    try:
-        return int(labels.get("pid", ""))
-    except ValueError:
-        return None
+def fleet_quantile(q: float | None) -> float:
+    from exporter.recommend.demand import DEFAULT_PEAK_QUANTILE
+
+    return DEFAULT_PEAK_QUANTILE if q is None else q
 
 
-def _by(series_list, node_label, *labels):
-    out = {}
-    for s in series_list:
-        m = s["metric"]
-        out[(m.get(node_label, ""), *(m.get(x, "") for x in labels))] = _value(s)
-    return out
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-def _load_chunk(client, fleet, chunk, node_label, w, mig, models, end, seconds):
-    sel = f'{node_label}=~"{"|".join(re.escape(n) for n in chunk)}"'
-    memory = client.query(f"max_over_time(gpushare_process_memory_used_bytes{{{sel}}}[{w}])")
-    util = _by(client.query(f"avg_over_time(gpushare_process_sm_utilization_ratio{{{sel}}}[{w}])"),
-               node_label, "uuid", "pid")
-    active = {**_by(client.query(f"avg_over_time(gpushare_gpu_sm_active_ratio{{{sel}}}[{w}])"), node_label, "uuid"),
-              **_by(client.query(f"avg_over_time(gpushare_mig_sm_active_ratio{{{sel}}}[{w}])"), node_label, "uuid", "gi")}
-    tensor = {**_by(client.query(f"avg_over_time(gpushare_gpu_tensor_active_ratio{{{sel}}}[{w}])"), node_label, "uuid"),
-              **_by(client.query(f"avg_over_time(gpushare_mig_tensor_active_ratio{{{sel}}}[{w}])"), node_label, "uuid", "gi")}
-    mig_memory = _by(client.query(f"last_over_time(gpushare_mig_memory_total_bytes{{{sel}}}[{w}])"),
-                     node_label, "uuid", "gi")
-    step = max(15, seconds // 1000)
-    together = _by(client.query(
-        f"max_over_time(count by ({node_label}, uuid, gi) (gpushare_process_memory_used_bytes{{{sel}}})[{w}:{step}s])"),
-        node_label, "uuid", "gi")
-    per_device = defaultdict(list)
-    for s in memory:
-        m = s["metric"]
-        if m.get("process") == "nvidia-cuda-mps-server" or _pid(m) is None:
-            continue
-        per_device[(m.get(node_label, ""), m.get("uuid", ""), m.get("gi", ""))].append(s)
-    for (node, uuid, gi), series in per_device.items():
-        if (node, uuid) not in models:
-            continue
-        model, index = models[(node, uuid)]
-        inst = mig[(node, uuid)].get(gi) if gi else None
-        sms = int(inst.get("sm_count", 0)) if inst else model.sm_count
-        capacity = mig_memory.get((node, uuid, gi)) if gi else model.memory_capacity_bytes
-        device = f"{node} gpu{index}" + (f" gi{gi} ({inst.get('profile')})" if inst else "")
-        dev_key = (node, uuid, gi) if gi else (node, uuid)
-        concurrent = (together.get((node, uuid, gi)) or 1) > 1
-        for s in series:
-            m = s["metric"]
-            pid = _pid(m)
-            u = util.get((node, uuid, m.get("pid", "")))
-            a = active.get(dev_key)
-            sm = u * sms if u is not None else (a * sms / len(series) if a is not None else None)
-            fleet.sample(node=node, uuid=uuid, pid=pid, name=m.get("process", "pid"), model=model.key,
-                         device=device, timestamp=None, memory=_value(s),
-                         sms=sm, tensor=tensor.get(dev_key) if len(series) == 1 else None,
-                         mps=m.get("sharing") in ("mps", "mig+mps"), capacity=capacity, device_sms=sms)
-        if concurrent:
-            fleet.mark_shared(device, [(node, uuid, _pid(x["metric"])) for x in series])
-            _timelines(client, fleet, node_label, node, uuid, gi, end, seconds, step)
+def _read_devices(hist: History, fleet, nodes: list[str]) -> None:
+    """Per (node, uuid, gi, workload) peaks, instances, samples and SM use; per device concurrency."""
+    L, w = hist.node_label, hist.w
+    sel = one_of(L, nodes)
+    group = f"{L}, uuid, gi, workload, process"
+    mem = selector(MEMORY, sel, NOT_MPS_SERVER)
+    fleet.read_groups(
+        peaks=hist.instant(f"max by ({group}) (max_over_time({mem}[{w}]))"),
+        instances=hist.instant(f"count by ({group}) (max_over_time({mem}[{w}]))"),
+        samples=hist.instant(f"sum by ({group}) (count_over_time({mem}[{w}]))"),
+        util=hist.instant(f"avg by ({group}) (avg_over_time({selector(SM_UTIL, sel, NOT_MPS_SERVER)}[{w}]))"),
+        together=hist.instant(f"max_over_time(count by ({L}, uuid, gi) ({hist.fresh_memory(sel)})"
+                              f"[{w}:{hist.resolution:g}s])"),
+        mps=hist.instant(f"count by ({L}, uuid, gi) (last_over_time({selector(MEMORY, sel, MPS_SHARING)}[{w}]))"),
+        gpu_active=hist.instant(f"avg_over_time(gpushare_gpu_sm_active_ratio{{{sel}}}[{w}])"),
+        mig_active=hist.instant(f"avg_over_time(gpushare_mig_sm_active_ratio{{{sel}}}[{w}])"),
+        gpu_tensor=hist.instant(f"avg_over_time(gpushare_gpu_tensor_active_ratio{{{sel}}}[{w}])"),
+        mig_tensor=hist.instant(f"avg_over_time(gpushare_mig_tensor_active_ratio{{{sel}}}[{w}])"),
+        mig_memory=hist.instant(f"last_over_time(gpushare_mig_memory_total_bytes{{{sel}}}[{w}])"),
+        oom=hist.instant(f"max by ({L}, gpu, gi) (max_over_time(gpushare_simulation_oom_kills_total{{{sel}}}[{w}]))"),
+    )
 
 
-def _timelines(client, fleet, node_label, node, uuid, gi, end, seconds, step):
-    """Memory timelines of the processes on one shared device, kept when start and end are seen.
+def _read_counts(hist: History, fleet, nodes: list[str], L: str) -> None:
+    """Instances alive per step: per workload over the chunk, filled across each node's gaps."""
+    sel = one_of(L, nodes)
+    span = f"[{hist.step:g}s:{hist.resolution:g}s]"
+    device = f"{L}, uuid, gi, workload, process"
+    fleet.read_counts(hist.series(f"max_over_time(count by (workload, process) ({hist.fresh_memory(sel)}){span})"))
+    for keys in fleet.several_classes(nodes):  # keys on devices of several sizes: counted per device
+        fleet.read_device_counts(hist.series(
+            f"max_over_time(count by ({device}) ({hist.fresh_memory(sel, keys)}){span})"))
+    # Scrape gaps: only nodes with fewer gpushare_gpu_info samples than their time in the history
+    # allows are read step by step (on a healthy fleet, none).
+    suspects = fleet.short_of_samples(hist.instant(f"max by ({L}) (count_over_time(gpushare_gpu_info{{{sel}}}"
+                                                   f"[{hist.w}]))"), hist.seconds, hist.resolution)
+    gaps = []
+    if suspects:
+        info = promql.fresh("gpushare_gpu_info", one_of(L, suspects), seconds=hist.fresh_seconds)
+        gaps = fleet.read_presence(hist.series(f"max_over_time(count by ({L}) ({info}){span})"), suspects)
+    if gaps:
+        fleet.fill_gaps(hist.series(
+            f"max_over_time(count by ({device}) ({hist.fresh_memory(one_of(L, gaps))}){span})"))
+    shared = fleet.shared_uuids(nodes)
+    if shared:
+        uuids = one_of("uuid", shared)
+        fleet.read_shared(
+            hist.series(f"max_over_time(count by ({L}, uuid, gi, workload, process) "
+                        f"({hist.fresh_memory(sel, uuids)}){span})"),
+            hist.series(f"max_over_time(sum by ({L}, uuid, gi) ({hist.fresh_memory(sel, uuids)}){span})"))
+        _read_timelines(hist, fleet, nodes)
 
-    Only fresh samples count: without the ``timestamp()`` filter a finished process would
-    linger for Prometheus's 5-minute lookback and its timeline would grow a false tail.
-    """
-    sel = f'{node_label}="{node}",uuid="{uuid}",gi="{gi}"'
-    metric = f"gpushare_process_memory_used_bytes{{{sel}}}"
-    fresh = min(120, max(30, 2 * step))
-    query = f"{metric} and (time() - timestamp({metric}) < {fresh})"
-    start = end - seconds
-    for s in client.query_range(query, start, end, step):
-        values = [(float(t), float(v)) for t, v in s.get("values", [])]
-        if _pid(s["metric"]) is None or len(values) < 3 or values[0][0] <= start + step or values[-1][0] >= end - step:
-            continue  # started before the window or still running: not a whole life
-        t0 = values[0][0]
-        points = [(t - t0, int(v)) for t, v in values] + [(values[-1][0] + step - t0, int(values[-1][1]))]
-        fleet.set_timeline(node, uuid, _pid(s["metric"]), points)
+
+def _read_timelines(hist: History, fleet, nodes: list[str]) -> None:
+    """Memory over the whole life of instances on shared devices (start and end inside the window),
+    for the MPS stagger advice; at most prometheus_fleet.MAX_TIMELINE_DEVICES devices in all."""
+    for node, uuid, gi in fleet.timeline_devices(nodes):
+        sel = (f"{hist.node_label}={promql.string(node)}", f"uuid={promql.string(uuid)}",
+               f"gi={promql.string(gi)}")
+        series = hist.client.query_range(hist.fresh_memory(*sel), float(hist.times[0]) - hist.step, hist.end,
+                                         hist.resolution if hist.seconds / hist.resolution <= 10000
+                                         else hist.step)
+        fleet.read_timelines(node, uuid, gi, series, float(hist.times[0]) - hist.step, hist.end,
+                             hist.resolution)
+

@@ -1,20 +1,22 @@
-"""Builds a Recommendation from a Demand: per GPU model, the optimum, baselines and MPS advice."""
+"""Builds a Recommendation from a Demand: per GPU model the plan, baselines and MPS advice."""
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+import time
+from collections import Counter, defaultdict
 
-from exporter import catalog
+from exporter import __version__, catalog
 from exporter.catalog import MIB, GpuModel
 from exporter.errors import UserError
-from exporter.recommend import baselines, fleet_map, mps, mps_pack
-from exporter.recommend.demand import Demand, Workload
-from exporter.recommend.patterns import config_name, model_patterns
-from exporter.recommend.planner import plan_mig
-from exporter.recommend.result import GpuPlan, InstancePlan, ModelPlan, Recommendation
+from exporter.recommend import baselines, fleet_map, mps, mps_pack, planner
+from exporter.recommend.demand import Demand, SharedDevice, Workload
+from exporter.recommend.patterns import model_patterns
+from exporter.recommend.result import GpuPlan, InstancePlan, ModelPlan, Recommendation, WorkloadPlan
+from exporter.recommend.slots import FULL, ModelSlots, model_slots
 
 GIB = 2**30
+GROUP = "group:"
 
 
 def group_by_model(demand: Demand) -> dict[str, list[Workload]]:
@@ -33,146 +35,266 @@ def group_by_model(demand: Demand) -> dict[str, list[Workload]]:
     return dict(groups)
 
 
+def stamp(demand: Demand) -> str:
+    """The plan's date, from its input (the end of the observed window): the same input gives
+    the same stamp on any machine. A plan file alone carries no date."""
+    b = demand.basis
+    if b.end is None:
+        return "undated plan (no observed input)"
+    if b.clock == "scenario":
+        return f"scenario time {b.end:.0f} s (window end)"
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(b.end)) + " (window end)"
+
+
 def recommend(demand: Demand) -> Recommendation:
     """The whole answer for ``demand``."""
     groups = group_by_model(demand)
-    plans = tuple(plan_for_model(catalog.MODELS[key], groups[key], demand) for key in sorted(groups))
-    by_name = {w.name: w for w in demand.workloads}
-    shared_now = tuple(
-        mps.advise(s.key, catalog.MODELS[s.model], s.capacity_bytes, s.sms,
-                   [by_name[n] for n in s.workloads if n in by_name])
-        for s in demand.shared
-    )
+    plans = tuple(plan_for_model(catalog.MODELS[key], sorted(groups[key], key=lambda w: w.name), demand)
+                  for key in sorted(groups))
+    shared_now = tuple(shared_advice(s, demand) for s in demand.shared)
     notes = list(demand.notes)
     unpinned = [w for w in demand.workloads if not w.gpu_model]
     if unpinned and len(plans) > 1:
-        notes.append(f"{len(unpinned)} workload(s) name no GPU model: each model's plan is an alternative")
-    return Recommendation(plans, shared_now, demand.workloads, demand.sources, tuple(notes))
+        notes.append(f"{len(unpinned)} workload{'s' if len(unpinned) != 1 else ''} name no GPU model: "
+                     "each model's plan is an alternative")
+    over = [w for w in demand.workloads if w.max_peak_bytes and w.max_peak_bytes > w.memory_need_bytes]
+    for w in over:
+        notes.append(f"{w.name}: its largest instance peaked at {w.max_peak_bytes / GIB:.1f} GiB, above the "
+                     f"planned {w.memory_need_bytes / GIB:.1f} GiB ({w.sized_by}): raise --quantile to plan for it")
+    margins = sorted({w.margin_ratio for w in demand.workloads})
+    observed = any(w.memory_cap_bytes is not None or w.instances is not None for w in demand.workloads)
+    margin_text = ("margin " + "/".join(f"{m:.0%}" for m in margins) + " on every workload's peak"
+                   + ("; for an observed workload never above the smallest device it ran on without an OOM kill"
+                      if observed else "") + "; MPS limits: peak + the same margin") if margins else ""
+    return Recommendation(plans, shared_now, demand.workloads, demand.sources, tuple(dict.fromkeys(notes)),
+                          demand.basis, stamp(demand), __version__, margin_text)
 
 
-def _whole_gpu(model: GpuModel, w: Workload | None, note: str = "") -> InstancePlan:
-    return InstancePlan(
-        profile="full", start=0, memory_slices=model.memory_slices or 1,
-        compute_slices=model.compute_slices or 1, memory_bytes=model.memory_capacity_bytes,
-        sms=model.sm_count, workload=w.name if w else None,
-        need_bytes=w.memory_need_bytes if w else None,
-        shortfall_sms=max(0, w.sms_on(model) - model.sm_count) if w else 0,
-    )
+def shared_advice(s: SharedDevice, demand: Demand) -> mps.MpsAdvice:
+    by_name = {w.name: w for w in demand.workloads}
+    clients, together = [], None
+    if s.counts is not None:
+        alive = {n: c for n, c in s.counts.items() if n in by_name}
+        clients = [(by_name[n], int(c.max())) for n, c in sorted(alive.items())]
+        # peaks without margins: the margin sizes each client's own limit, not what fits together
+        total = sum((by_name[n].peak_memory_bytes * c for n, c in alive.items()), 0)
+        together = int(total.max()) if alive else 0
+    else:
+        clients = [(by_name[n], 1) for n in s.workloads if n in by_name]
+    return mps.advise(s.key, catalog.MODELS[s.model], s.capacity_bytes, s.sms, clients, together=together)
 
 
-def _dedicated(model: GpuModel, workloads: list[Workload]) -> tuple[list[GpuPlan], list[str]]:
-    """MIG-off GPUs for workloads no profile holds; those larger than a GPU span several."""
-    plans, reasons = [], []
-    capacity = model.memory_capacity_bytes
+def _items(ms: ModelSlots, workloads: list[Workload], points: int) -> list[planner.Item]:
+    full = ms.slots[ms.full].memory_mib
+    items = []
     for w in workloads:
-        k = max(1, math.ceil(w.memory_need_bytes / capacity))
-        if k == 1:
-            note = "dedicated: larger than the largest MIG profile" if model.mig_capable else "whole GPU"
-            plans.append(GpuPlan(model.key, "new", None, "all-disabled", False, (_whole_gpu(model, w),),
-                                 "new", capacity - w.memory_need_bytes, note))
+        weight = ms.gpus_per_instance(w.memory_need_bytes) if w.memory_need_mib > full else 1
+        items.append(planner.Item(w.name, w.memory_need_mib, w.sms_on(ms.model), weight,
+                                  ms.tier(w.memory_need_mib), w.alive(points), frozenset(w.slots_seen)))
+    return items
+
+
+def group_need_bytes(s: SharedDevice, workloads: dict[str, Workload]) -> int:
+    """Memory a shared device's instances need together: their most at once plus the margin, capped
+    at the device they share when no OOM kill was seen there (they ran there together)."""
+    margin = max((workloads[n].margin_ratio for n in s.workloads if n in workloads), default=0.0)
+    need = math.ceil(s.together_peak_bytes * (1.0 + margin))
+    return need if s.oom else max(s.together_peak_bytes, min(need, s.capacity_bytes))
+
+
+def _groups(ms: ModelSlots, demand: Demand, names: dict[str, Workload]) -> list[planner.Group]:
+    out = []
+    full = ms.slots[ms.full].memory_mib
+    for s in demand.shared:
+        if s.model != ms.model.key or s.counts is None or s.alive is None or not s.together_peak_bytes:
             continue
-        bigger = [m.key for m in catalog.MODELS.values() if m.memory_capacity_bytes >= w.memory_need_bytes]
-        reasons.append(
-            f"{w.name} needs {w.memory_need_bytes / GIB:.1f} GiB, more than one {model.key} "
-            f"({capacity / GIB:.1f} GiB): {k} GPUs with model parallelism"
-            + (f", or one {' / '.join(bigger)}" if bigger else ""))
-        for part in range(k):
-            share = min(capacity, w.memory_need_bytes - part * capacity)
-            plans.append(GpuPlan(model.key, "new", None, "all-disabled", False, (_whole_gpu(model, w),),
-                                 "new", capacity - share, f"dedicated: {part + 1} of {k} GPUs for {w.name}"))
-    return plans, reasons
+        if not all(n in names for n in s.counts):
+            continue
+        need = -(-group_need_bytes(s, names) // MIB)
+        if need > full:
+            continue
+        out.append(planner.Group(s.key, need, ms.tier(need), s.alive.astype(int),
+                                 {n: c for n, c in s.counts.items()}, (s.profile or FULL).removesuffix("+me")))
+    return out
+
+
+def _instances(ms: ModelSlots, pg: planner.PlannedGpu, names: dict, groups: dict) -> tuple[InstancePlan, ...]:
+    model = ms.model
+    out = []
+    placements = pg.layout or ((FULL, 0),)
+    for (profile, start), who in zip(placements, pg.occupants):
+        if profile == FULL:
+            mem, sms, cs, msl = model.memory_capacity_bytes, model.sm_count, model.compute_slices or 1, \
+                model.memory_slices or 1
+        else:
+            p = model.profile(profile)
+            mem, sms, cs, msl = p.memory_mib * MIB, p.sm_count, p.slice_count, p.memory_slices
+        need, short, members, label = None, 0, (), who
+        if who and who.startswith(GROUP):
+            g = groups[who[len(GROUP):]]
+            need, members, label = g.need_mib * MIB, tuple(sorted(g.members)), f"as now: {g.key}"
+        elif who:
+            w = names[_base_name(who)]
+            need = w.memory_need_bytes if " of " not in who else min(mem, w.memory_need_bytes)
+            short = max(0, w.sms_on(model) - sms)
+        out.append(InstancePlan(profile, start, msl, cs, mem, sms, label, need, short, members))
+    return tuple(out)
+
+
+def _base_name(label: str) -> str:
+    """The workload name inside an occupant label ('llama #2', 'big (1 of 2 GPUs)')."""
+    if label.endswith(" GPUs)") and " (" in label:
+        label = label[: label.rindex(" (")]
+    if " #" in label:
+        head, _, tail = label.rpartition(" #")
+        if tail.isdigit():
+            label = head
+    return label
 
 
 def plan_for_model(model: GpuModel, workloads: list[Workload], demand: Demand) -> ModelPlan:
-    """Optimum, baselines, MPS alternative and fleet mapping for one GPU model."""
-    reasons: list[str] = []
-    if model.mig_capable:
-        mp = model_patterns(model.key)
-        in_mig = [w for w in workloads if w.memory_need_mib <= mp.full_memory_mib]
-        solution = plan_mig(mp, in_mig)
-        too_big = [w for w in workloads if w.memory_need_mib > mp.full_memory_mib]
-        by_name = {w.name: w for w in in_mig}
-        gpus = [_mig_gpu(model, mp, g, by_name) for g in solution.gpus]
-        homog, tried = baselines.best_homogeneous(mp, in_mig)
-        greedy, _ = baselines.greedy_first_fit(mp, in_mig)
-        optimal, minimal, stats = solution.optimal, solution.layouts_minimal, solution
-        stranded = solution.stranded_mib * MIB
-    else:
-        in_mig, too_big, gpus, tried = [], list(workloads), [], ()
-        homog = greedy = baselines.Baseline("one workload per GPU", 0)
-        optimal, minimal, stats, stranded = True, True, None, 0
-        reasons.append(f"{model.key} has no MIG: one workload per GPU, or MPS (below)")
-    dedicated, why = _dedicated(model, too_big)
-    reasons += why
-    extra = len(dedicated)
-    stranded += sum(g.stranded_bytes for g in dedicated)
+    """Plan, baselines, MPS alternative and fleet mapping for one GPU model."""
+    ms = model_slots(model.key)
+    points = demand.points
+    names = {w.name: w for w in workloads}
+    items = _items(ms, workloads, points)
+    groups = _groups(ms, demand, names)
     existing = [g for g in demand.gpus if g.model == model.key]
-    placed = fleet_map.assign(model, [*gpus, *dedicated], existing)
-    needed = len(gpus) + extra
-    homog = _plus(homog, extra)
-    greedy = _plus(greedy, extra)
-    fitting = [w for w in workloads if w.peak_memory_bytes <= model.memory_capacity_bytes]
-    alternative = tuple(mps_pack.pack(model, fitting)) if len(fitting) > 1 else ()
-    reasons += _reasons(model, workloads, needed, extra, homog, greedy, alternative, existing, stats, optimal)
-    shortfall = sum(i.shortfall_sms for g in placed for i in g.instances)
-    return ModelPlan(
-        model=model.key, workloads=tuple(w.name for w in workloads), gpus_needed=needed,
-        dedicated_gpus=extra, available_gpus=len(existing), optimal=optimal, layouts_minimal=minimal,
-        stranded_bytes=stranded, shortfall_sms=shortfall, homogeneous=homog,
-        homogeneous_tried=tuple(_plus(b, extra) for b in tried), greedy=greedy, mps=alternative,
-        gpus=tuple(placed), solve_seconds=stats.solve_seconds if stats else 0.0,
-        classes=stats.classes if stats else 0, patterns=stats.patterns if stats else 0,
-        reasons=tuple(reasons),
-    )
+    current_patterns = [(g, ms.current_pattern(g.layout)) for g in existing]
+    current = Counter(p for _, p in current_patterns if p is not None)
+    solution = planner.plan(ms, items, groups, current)
+    by_group = {g.key: g for g in groups}
+    shared_by_key = {s.key: s for s in demand.shared}
+    drafts = []
+    for pg in solution.gpus:
+        instances = _instances(ms, pg, names, by_group)
+        covered = sum(i.memory_bytes for i in instances)
+        stranded = max(0, model.memory_capacity_bytes - covered) + sum(
+            max(0, i.memory_bytes - i.need_bytes) for i in instances if i.need_bytes is not None)
+        prefer = None
+        for who in pg.occupants:
+            s = shared_by_key.get((who or "")[len(GROUP):]) if who and who.startswith(GROUP) else None
+            if s is not None and s.gpu_index is not None:
+                prefer = (s.node, s.gpu_index)
+        note = _note(pg, instances)
+        plan = GpuPlan(model.key, "new", None, ms.name(pg.pattern), not pg.pattern[ms.full], instances, "new",
+                       stranded, note)
+        drafts.append((plan, pg.pattern, pg.keep, prefer))
+    placed = fleet_map.assign(model, drafts, current_patterns)
+    placed = fleet_map.settle(placed, _homes(placed, names, shared_by_key), model.memory_capacity_bytes)
+    changes = Counter(g.change for g in placed)
+    needed = len(solution.gpus)
+    mig_off = sum(1 for pg in solution.gpus if pg.pattern[ms.full])
+    homog, tried, greedy = _baselines(ms, items)
+    alternative = tuple(mps_pack.pack(model, workloads, points)) if sum(w.count for w in workloads) > 1 else ()
+    peak = demand.grid.times[solution.peak_index] if demand.grid is not None and demand.grid.times else None
+    table = _workload_table(items, solution, names, groups, solution.peak_index)
+    plan = ModelPlan(
+        model=model.key, workloads=table, at_once=solution.at_once, gpus_needed=needed, gpus_mig_off=mig_off, available_gpus=len(existing),
+        kept=changes["keep"], reconfigured=changes["reconfigure"], released=changes["release"],
+        added=changes["new"], groups_kept=solution.kept_groups, optimal=solution.optimal,
+        layouts_minimal=solution.layouts_minimal,
+        stranded_bytes=sum(g.stranded_bytes for g in placed if g.change != "release"),
+        shortfall_sms=solution.shortfall_sms, homogeneous=homog, homogeneous_tried=tuple(tried),
+        greedy=greedy, mps=alternative, gpus=tuple(placed), solve_seconds=solution.solve_seconds,
+        time_rows=solution.rows, patterns=solution.patterns, peak_moment=peak, reasons=())
+    from dataclasses import replace
+
+    return replace(plan, reasons=tuple(_reasons(model, plan, workloads)))
 
 
-def _plus(b: baselines.Baseline, extra: int) -> baselines.Baseline:
-    return baselines.Baseline(b.name, None if b.gpus is None else b.gpus + extra, b.reason)
+def _homes(placed, names: dict[str, Workload], shared: dict[str, SharedDevice]) -> dict[str, set]:
+    """Occupant label -> the (node, GPU index) it runs on now."""
+    out: dict[str, set] = {}
+    for g in placed:
+        for i in g.instances:
+            if not i.workload or i.workload in out:
+                continue
+            if i.workload.startswith("as now: "):
+                s = shared.get(i.workload[len("as now: "):])
+                out[i.workload] = {(s.node, s.gpu_index)} if s is not None and s.gpu_index is not None else set()
+            else:
+                w = names.get(_base_name(i.workload))
+                out[i.workload] = set(w.gpus_seen) if w is not None else set()
+    return out
 
 
-def _mig_gpu(model: GpuModel, mp, planned, by_name: dict[str, Workload]) -> GpuPlan:
-    """A planner GPU as a GpuPlan; a lone 7g holding one workload becomes MIG off."""
-    instances = []
-    for (name, start), wname in zip(planned.layout, planned.workloads):
-        p = model.profile(name)
-        w = by_name.get(wname) if wname else None
-        instances.append(InstancePlan(
-            profile=name, start=start, memory_slices=p.memory_slices, compute_slices=p.slice_count,
-            memory_bytes=p.memory_mib * MIB, sms=p.sm_count, workload=wname,
-            need_bytes=w.memory_need_bytes if w else None,
-            shortfall_sms=max(0, w.sms_on(model) - p.sm_count) if w else 0))
-    if len(instances) == 1 and instances[0].memory_slices == model.memory_slices and instances[0].workload:
-        w = by_name[instances[0].workload]
-        return GpuPlan(model.key, "new", None, "all-disabled", False, (_whole_gpu(model, w),), "new",
-                       model.memory_capacity_bytes - w.memory_need_bytes,
-                       "whole GPU: MIG off gives it all memory and SMs")
-    covered = sum(i.memory_bytes for i in instances)
-    stranded = mp.full_memory_mib * MIB - covered + sum(
-        i.memory_bytes - i.need_bytes for i in instances if i.need_bytes is not None)
-    return GpuPlan(model.key, "new", None, config_name(mp, planned.pattern), True, tuple(instances),
-                   "new", stranded)
+def _note(pg: planner.PlannedGpu, instances) -> str:
+    if len(instances) == 1 and instances[0].profile == FULL:
+        who = instances[0].workload or ""
+        if who.startswith("as now:"):
+            return "MIG off: instances that share this device now stay together (MPS / time-slicing)"
+        if " of " in who:
+            return "MIG off: part of a workload larger than one GPU (model parallel)"
+        return "MIG off: the whole GPU"
+    return ""
 
 
-def _reasons(model, workloads, needed, extra, homog, greedy, alternative, existing, stats, optimal):
+def _workload_table(items, solution, names, groups, peak) -> tuple[WorkloadPlan, ...]:
+    at_peak: dict[str, Counter] = defaultdict(Counter)
+    for pg in solution.gpus:
+        placements = pg.layout or ((FULL, 0),)
+        for (profile, _), who in zip(placements, pg.occupants):
+            if who and not who.startswith(GROUP):
+                at_peak[_base_name(who)][profile] += 1
+    kept = set(solution.kept_groups)
+    for g in groups:
+        if g.key in kept and g.alive[peak]:
+            for name, counts in g.members.items():
+                if counts[peak]:
+                    at_peak[name]["sharing as now"] += int(counts[peak])
+    rows = []
+    for it in items:
+        w = names[it.name]
+        slots = ", ".join(f"{n} x {p}" for p, n in sorted(at_peak[it.name].items()))
+        rows.append(WorkloadPlan(it.name, w.count, w.memory_need_bytes, it.weight, slots))
+    return tuple(rows)
+
+
+def _baselines(ms: ModelSlots, items: list[planner.Item]):
+    if not ms.model.mig_capable:
+        none = baselines.Baseline("one workload per GPU", None, "no MIG")
+        return none, [], none
+    mp = model_patterns(ms.model.key)
+    needs = [baselines.Need(it.name, it.need_mib, it.weight, it.counts) for it in items]
+    homog, tried = baselines.best_homogeneous(mp, needs)
+    greedy, _ = baselines.greedy_first_fit(mp, needs)
+    return homog, tried, greedy
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _reasons(model: GpuModel, p: ModelPlan, workloads: list[Workload]) -> list[str]:
     out = []
-    if stats is not None and stats.classes:
-        proof = "optimal" if optimal else "best found in the time limit (not proven optimal)"
-        out.append(f"{len(workloads)} workloads need {needed} {model.key} GPUs ({proof}; "
-                   f"{stats.classes} workload classes x {stats.patterns} layouts, "
-                   f"solved in {stats.solve_seconds * 1000:.0f} ms)")
-    if extra:
-        out.append(f"{extra} GPU(s) with MIG off for workloads larger than any MIG profile")
-    if homog.gpus is not None and model.mig_capable:
-        out.append(f"best single configuration {homog.name}: {homog.gpus} GPUs; "
-                   f"greedy first-fit: {greedy.gpus} GPUs")
-    if alternative:
-        staggered = sum(1 for a in alternative if a.verdict == "stagger")
-        out.append(f"MPS alternative: {len(alternative)} whole GPUs"
+    peaks = sum(w.count for w in workloads)
+    proof = "optimal" if p.optimal else "not proven optimal"
+    apart = f"; {peaks} if every workload's own peak came at once" if peaks > p.at_once else ""
+    out.append(f"{_plural(len(workloads), 'workload')}, at most {_plural(p.at_once, 'instance')} alive at one time"
+               f"{apart}: {_plural(p.gpus_needed, model.key + ' GPU')} "
+               f"({proof}; {p.patterns} layouts, {p.time_rows} binding time point"
+               f"{'s' if p.time_rows != 1 else ''})")
+    if p.gpus_mig_off:
+        out.append(f"MIG off on {_plural(p.gpus_mig_off, 'GPU')}: workloads too large for a MIG profile, "
+                   "or instances kept sharing a GPU as they do now")
+    for w in p.workloads:
+        if w.gpus_per_instance > 1:
+            bigger = [m.key for m in catalog.MODELS.values() if m.memory_capacity_bytes >= w.need_bytes]
+            out.append(f"{w.name} needs {w.need_bytes / GIB:.1f} GiB, more than one {model.key} "
+                       f"({model.memory_capacity_bytes / GIB:.1f} GiB): {w.gpus_per_instance} GPUs per instance "
+                       "with model parallelism" + (f", or one {' / '.join(bigger)}" if bigger else ""))
+    if p.groups_kept:
+        out.append("kept sharing as now (MPS / time-slicing): " + ", ".join(p.groups_kept))
+    if p.homogeneous.gpus is not None and model.mig_capable:
+        out.append(f"best single configuration {p.homogeneous.name}: {_plural(p.homogeneous.gpus, 'GPU')}; "
+                   f"greedy first-fit: {_plural(p.greedy.gpus, 'GPU')}")
+    if p.mps:
+        gpus = mps_pack.gpus_needed(list(p.mps))
+        staggered = sum(1 for a in p.mps if a.verdict == "stagger")
+        whole = sum(a.gpus for a in p.mps if a.verdict == "dedicated")
+        out.append(f"MPS alternative: {_plural(gpus, 'whole GPU')}"
+                   + (f", of which {whole} for workloads too large to share" if whole else "")
                    + (f" ({staggered} need staggered starts)" if staggered else "")
                    + "; MPS has no memory isolation and one client's fault ends all on the GPU")
-    if existing:
-        if needed <= len(existing):
-            out.append(f"the fleet has {len(existing)} {model.key} GPUs: {len(existing) - needed} can be released")
-        else:
-            out.append(f"the fleet has {len(existing)} {model.key} GPUs: {needed - len(existing)} short")
     return out
