@@ -46,7 +46,9 @@ def decode_utf8(data: bytes, source: str) -> str:
 
 
 class SafeInputLoader(yaml.SafeLoader):
-    """PyYAML's SafeLoader, refusing nesting deeper than MAX_DEPTH and alias bombs."""
+    """PyYAML's SafeLoader, refusing nesting deeper than ``max_depth`` and alias bombs."""
+
+    max_depth = MAX_DEPTH
 
     def __init__(self, stream) -> None:
         super().__init__(stream)
@@ -55,12 +57,16 @@ class SafeInputLoader(yaml.SafeLoader):
     def compose_node(self, parent, index):  # noqa: D401 - PyYAML hook
         self._depth += 1
         try:
-            if self._depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark
-                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep", mark)
+            if self._depth > self.max_depth:
+                self.too_deep()
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+    def too_deep(self) -> None:
+        """Raise the error of a document nested deeper than ``max_depth`` (before the stack runs out)."""
+        mark = self.peek_event().start_mark
+        raise yaml.composer.ComposerError(None, None, f"nested more than {self.max_depth} levels deep", mark)
 
     def get_single_node(self):
         node = super().get_single_node()

@@ -20,6 +20,8 @@ from typing import Any, Callable
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from exporter.inputs import SafeInputLoader
+
 GO_TRUE = frozenset({"y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"})
 GO_FALSE = frozenset({"n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"})
 _NULL_TAG = "tag:yaml.org,2002:null"
@@ -40,22 +42,13 @@ class GoYamlError(ValueError):
         super().__init__(f"{where}{path + ': ' if path else ''}{problem}")
 
 
-class _DepthLimitedLoader(yaml.SafeLoader):
-    """SafeLoader whose composer refuses deep nesting instead of running out of stack."""
+class _DepthLimitedLoader(SafeInputLoader):
+    """The inputs' SafeLoader (depth and alias-expansion limits), failing as a GoYamlError."""
 
-    def __init__(self, stream) -> None:
-        super().__init__(stream)
-        self._depth = 0
+    max_depth = MAX_DEPTH
 
-    def compose_node(self, parent, index):  # noqa: D401 - PyYAML hook
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                raise GoYamlError("", f"nested more than {MAX_DEPTH} levels deep", _mark_node(self))
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
+    def too_deep(self) -> None:
+        raise GoYamlError("", f"nested more than {MAX_DEPTH} levels deep", _mark_node(self))
 
     def compose_scalar_node(self, anchor):  # noqa: D401 - PyYAML hook
         event = self.peek_event()
