@@ -35,16 +35,21 @@ NamespaceKey = tuple[int, str, str]  # (gpu index, uuid, namespace)
 
 @dataclass
 class Totals:
-    """Running sums of one row; only ever grow."""
+    """Running sums of one row; only ever grow. A sum stays None (its series absent) until a
+    value for it is known: a pod on a MIG instance whose SM activity nothing reads (NVML before
+    Hopper) has memory byte-seconds but no SM-seconds and no energy, not zeros."""
 
-    memory_byte_seconds: float = 0.0
-    sm_seconds: float = 0.0
-    energy_joules: float = 0.0
+    memory_byte_seconds: float | None = None
+    sm_seconds: float | None = None
+    energy_joules: float | None = None
 
-    def add(self, memory: float, sm: float, energy: float) -> None:
-        self.memory_byte_seconds += memory
-        self.sm_seconds += sm
-        self.energy_joules += energy
+    def add(self, memory: float | None, sm: float | None, energy: float | None) -> None:
+        if memory is not None:
+            self.memory_byte_seconds = (self.memory_byte_seconds or 0.0) + memory
+        if sm is not None:
+            self.sm_seconds = (self.sm_seconds or 0.0) + sm
+        if energy is not None:
+            self.energy_joules = (self.energy_joules or 0.0) + energy
 
 
 def snapshot_clock(snapshot: Snapshot) -> float:
@@ -97,15 +102,17 @@ class Accounting:
         for row in rows:
             key = (row.gpu, row.uuid, row.gi, row.namespace, row.pod)
             self._last_seen[key] = now
-            row_energy = 0.0
-            if split and row.attributed and row.sm_share:
+            # A pod's energy follows its SM share: unknown share, unknown energy (not 0).
+            row_energy = None if row.attributed and row.sm_share is None else 0.0
+            if split and row.attributed and row.sm_share is not None:
                 row_energy = energy * row.sm_share * scale
                 pods_energy += row_energy
-            self._add(key, (row.memory_bytes or 0.0) * span, (row.sm_share or 0.0) * span, row_energy)
+            self._add(key, None if row.memory_bytes is None else row.memory_bytes * span,
+                      None if row.sm_share is None else row.sm_share * span, row_energy)
         if energy is not None:
             rest = (gpu.index, gpu.uuid, None) + UNATTRIBUTED
             self._last_seen[rest] = now
-            self._add(rest, 0.0, 0.0, max(0.0, energy - pods_energy))
+            self._add(rest, None, None, max(0.0, energy - pods_energy))
 
     def _energy_delta(self, gpu, span: float) -> float | None:
         """Joules the GPU used since its last poll; None when unknown (first poll, counter reset)."""

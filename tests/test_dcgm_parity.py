@@ -20,6 +20,7 @@ from tests.conftest import SCENARIOS
 
 ACTIVITY_SUFFIXES = ("_active_ratio", "_occupancy_ratio")
 POD_SM_FAMILIES = ("gpushare_pod_sm_share_ratio", "gpushare_pod_sm_seconds_total")
+BOOKED_BY_SHARE = ("gpushare_pod_energy_joules_total",)
 
 
 def only_dcgm_allowed(name: str, labels: dict, gpm_uuids: set[str]) -> bool:
@@ -28,7 +29,9 @@ def only_dcgm_allowed(name: str, labels: dict, gpm_uuids: set[str]) -> bool:
         return labels["source"] in ("dcgm", "dcgm_profiling")  # NVML has no DCGM sources
     if name.startswith(("gpushare_gpu_", "gpushare_mig_")) and name.endswith(ACTIVITY_SUFFIXES):
         return labels["uuid"] not in gpm_uuids  # pipe activity where NVML has no GPM (pre-Hopper)
-    if name in POD_SM_FAMILIES:
+    if name in ("gpushare_namespace_sm_seconds_total", "gpushare_namespace_energy_joules_total"):
+        return labels["uuid"] not in gpm_uuids  # a namespace whose only pods are such MIG pods
+    if name in POD_SM_FAMILIES or name in BOOKED_BY_SHARE:
         # A pod's SM share of a MIG instance comes from the instance's SM activity, which only
         # DCGM has before Hopper; the shares (and what they book) are then DCGM's alone.
         return labels["uuid"] not in gpm_uuids and labels.get("gi", "") != ""
@@ -37,9 +40,10 @@ def only_dcgm_allowed(name: str, labels: dict, gpm_uuids: set[str]) -> bool:
 
 def booked_by_dcgm_shares(name: str, labels: dict, gpm_uuids: set[str]) -> bool:
     """SM-seconds and energy booked by SM share on a GPU with MIG pods and no GPM: DCGM knows each
-    instance's SM share and books by it; through NVML the unknown shares book nothing."""
+    instance's SM share and books by it; through NVML the unknown shares book nothing (absent for
+    such a pod, and missing from its namespace's and the unattributed row's sums)."""
     return (name in ("gpushare_pod_energy_joules_total", "gpushare_namespace_energy_joules_total",
-                     "gpushare_pod_sm_seconds_total", "gpushare_namespace_sm_seconds_total")
+                     "gpushare_namespace_sm_seconds_total")
             and labels["uuid"] not in gpm_uuids)
 
 

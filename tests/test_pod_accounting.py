@@ -181,7 +181,28 @@ def test_sums_and_monotonic_for_any_time_sliced_history(history):
         assert math.isclose(sum(r.sm_share or 0 for r in rows), util, abs_tol=1e-9)
         for key, totals in accounting.rows.items():
             now = (totals.memory_byte_seconds, totals.sm_seconds, totals.energy_joules)
-            assert all(a >= b for a, b in zip(now, last.get(key, (0, 0, 0))))
+            # A counter once exported never drops or disappears (None: not known yet, not exported).
+            assert all(b is None or (a is not None and a >= b) for a, b in zip(now, last.get(key, (None,) * 3)))
             last[key] = now
-    booked = sum(t.energy_joules for t in accounting.rows.values())
+    booked = sum(t.energy_joules or 0.0 for t in accounting.rows.values())
     assert math.isclose(booked, energy - history[0][3], rel_tol=1e-9, abs_tol=1e-6)
+
+
+def test_unknown_sm_share_books_no_sm_seconds_and_no_energy():
+    """A MIG pod on an A100 read through NVML (no GPM, so its instance's SM activity is unknown):
+    memory byte-seconds accrue, SM-seconds and joules are absent rather than 0; through DCGM,
+    which reads the instance's activity, all three are there."""
+    from dcgm_helpers import scrape_at
+    from tests.conftest import SCENARIOS
+
+    path = SCENARIOS / "k8s-shared-node.yaml"
+    for backend, expect_sm in (("nvml", False), ("dcgm", True)):
+        series = scrape_at(path, backend, [58, 59, 60])
+        mig_pods = {dict(k[1])["pod"]: k for k in series
+                    if k[0] == "gpushare_pod_memory_byte_seconds_total" and dict(k[1])["gi"] and dict(k[1])["pod"]}
+        assert mig_pods, backend
+        for pod, key in mig_pods.items():
+            labels = key[1]
+            assert series[key] > 0
+            for family in ("gpushare_pod_sm_seconds_total", "gpushare_pod_energy_joules_total"):
+                assert ((family, labels) in series) == expect_sm, (backend, pod, family)

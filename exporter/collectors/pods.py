@@ -96,10 +96,11 @@ class PodCollector(SnapshotCollector):
                 labels = labels_of.get(key)
                 if labels is None:
                     labels = labels_of[key] = _row_labels(key)
-                byte_seconds.append(Sample(MEMORY_BYTE_SECONDS.name, labels, totals.memory_byte_seconds, None, None,
-                                           None))
-                sm_seconds.append(Sample(SM_SECONDS.name, labels, totals.sm_seconds, None, None, None))
-                joules.append(Sample(ENERGY.name, labels, totals.energy_joules, None, None, None))
+                for samples, spec, value in ((byte_seconds, MEMORY_BYTE_SECONDS, totals.memory_byte_seconds),
+                                             (sm_seconds, SM_SECONDS, totals.sm_seconds),
+                                             (joules, ENERGY, totals.energy_joules)):
+                    if value is not None:  # never known yet: absent, not 0
+                        samples.append(Sample(spec.name, labels, value, None, None, None))
         if len(labels_of) > 2 * len(accounting.rows) + 64:  # rows expired: forget their labels
             self._labels = {k: v for k, v in labels_of.items() if k in accounting.rows}
         for (index, uuid, namespace), totals in accounting.namespaces.items():
@@ -107,7 +108,8 @@ class PodCollector(SnapshotCollector):
                 labels = {"gpu": str(index), "uuid": uuid, "namespace": namespace}
                 for spec, value in ((NS_MEMORY_BYTE_SECONDS, totals.memory_byte_seconds),
                                     (NS_SM_SECONDS, totals.sm_seconds), (NS_ENERGY, totals.energy_joules)):
-                    families[spec.name].samples.append(Sample(spec.name, labels, value, None, None, None))
+                    if value is not None:
+                        families[spec.name].samples.append(Sample(spec.name, labels, value, None, None, None))
         return list(out) + [f for f in families.values() if f.samples]
 
 
