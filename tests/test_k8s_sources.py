@@ -299,3 +299,19 @@ def test_replica_ids_are_counted_per_container_and_device():
     devices = pod_devices(allocations, gpus())
     assert [(d.pod, d.gpu_index, d.gi, d.count) for d in devices] == [("a", 0, None, 2), ("b", 1, 2, 1)]
     assert split_replica("GPU-x::12") == ("GPU-x", 12) and split_replica("GPU-x") == ("GPU-x", None)
+
+
+def test_without_the_k8s_extra_serve_starts_off_kubernetes(tmp_path):
+    """No grpcio (no [k8s] extra) on a host without a kubelet: `exporter serve` still starts and
+    reports the missing driver in one line (it once died on `No module named 'grpc'`)."""
+    blocker = tmp_path / "grpc.py"
+    blocker.write_text("raise ImportError(\"No module named 'grpc'\")\n")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), repo]))
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    out = subprocess.run([sys.executable, "-m", "exporter", "serve", "--procfs", str(tmp_path),
+                          "--listen", "127.0.0.1:0", "--backend", "nvml"],
+                         capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and "grpc" not in out.stderr, out.stderr
+    assert lines[-1].startswith("exporter: error: nvml:"), out.stderr

@@ -13,6 +13,10 @@ import os
 import threading
 from dataclasses import dataclass
 
+# The kubelet's pod-resources socket. Here, not in podresources.py, so that looking for it
+# (``--pod-resources-socket auto``) needs no gRPC: the [k8s] extra is only needed to read it.
+DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
 log = logging.getLogger(__name__)
 
 REFRESH_SECONDS = 10.0

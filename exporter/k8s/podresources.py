@@ -23,11 +23,10 @@ from typing import Callable, Iterable
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from exporter.k8s.allocations import ContainerDevices, PodContainers
+from exporter.k8s.allocations import DEFAULT_SOCKET, ContainerDevices, PodContainers
 
 SERVICE = "v1.PodResourcesLister"
 LIST_METHOD = f"/{SERVICE}/List"
-DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # dcgm-exporter allows 10 s; the kubelet answers from memory in about a millisecond.
 LIST_TIMEOUT_SECONDS = 10.0
 

@@ -51,7 +51,7 @@ def _api_source(api: str, node_name: str | None, environ: Mapping[str, str]):
 
 
 def _kubelet_source(socket: str):
-    from exporter.k8s.podresources import DEFAULT_SOCKET
+    from exporter.k8s.allocations import DEFAULT_SOCKET
 
     if socket == OFF:
         return None
