@@ -74,9 +74,10 @@ def churn_node(hours: float) -> Scenario:
             t = 0.0
             while t < duration:
                 pid += 1
-                processes.append(ProcessSpec(pid, "python3", "python3 worker.py --port 8000", gpu, None, t,
-                                             min(t + 300.0, duration), ((0.0, 6.0 * GIB),),
-                                             {"sm_active": ((0.0, 0.2),)}, {"HOSTNAME": pod.name}, None, pod))
+                processes.append(ProcessSpec(
+                    pid=pid, name="python3", cmdline="python3 worker.py --port 8000", gpu=gpu, mig=None, start=t,
+                    end=min(t + 300.0, duration), memory=((0.0, 6.0 * GIB),), activity={"sm_active": ((0.0, 0.2),)},
+                    env={"HOSTNAME": pod.name}, pod=pod))
                 t += 300.0
         t, job = 0.0, 0
         while t < duration:
@@ -84,9 +85,10 @@ def churn_node(hours: float) -> Scenario:
             job += 1
             pod = PodSpec("batch", f"embed-{gpu}-{job:06d}-b9wzn", "embed",
                           f"{gpu:08x}-ffff-4000-8000-{job:012x}", "cri-o", "systemd", 2, "besteffort")
-            processes.append(ProcessSpec(pid, "python3", "python3 embed.py --shard 1", gpu, None, t,
-                                         min(t + 90.0, duration), ((0.0, 4.0 * GIB),),
-                                         {"sm_active": ((0.0, 0.3),)}, {"HOSTNAME": pod.name}, None, pod))
+            processes.append(ProcessSpec(
+                pid=pid, name="python3", cmdline="python3 embed.py --shard 1", gpu=gpu, mig=None, start=t,
+                end=min(t + 90.0, duration), memory=((0.0, 4.0 * GIB),), activity={"sm_active": ((0.0, 0.3),)},
+                env={"HOSTNAME": pod.name}, pod=pod))
             t += 120.0
     return Scenario(name="churn-node", source="bench/k8s_bench.py:churn_node", duration=duration, gpus=gpus,
                     processes=tuple(processes), events=())
@@ -165,7 +167,7 @@ def series_per_hour(hours: float, scrape: float = 15.0) -> dict[str, dict[str, i
                      "all_process_families_per_hour": round(sum(len(s) for s in seen.values()) / hours),
                      "live_at_once_max": peak}
     out["processes_per_hour"] = round(len(scenario.processes) / hours)
-    out["pods_per_hour"] = round(len({p.pod.name for p in scenario.processes}) / hours)
+    out["pods_per_hour"] = round(len({(p.pod.namespace, p.pod.name) for p in scenario.processes if p.pod}) / hours)
     return out
 
 

@@ -126,3 +126,17 @@ def test_security_bench_smoke_prints_every_configuration():
     for label in ("baseline (bare aiohttp)", "guarded, no web config", "basic auth", "TLS ",
                   "TLS + client cert + basic auth"):
         assert label in out.stdout
+
+
+def test_k8s_bench_churn_node_is_a_valid_pod_scenario():
+    """The churning node of bench/k8s_bench.py: every process runs in a pod (a field-order slip once
+    put the pods in another field and the bench measured 0 series)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import k8s_bench
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    scenario = k8s_bench.churn_node(0.1)
+    assert scenario.processes and all(p.pod is not None and p.env["HOSTNAME"] == p.pod.name
+                                      for p in scenario.processes)
+    assert not any(p.memory_na for p in scenario.processes)
