@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -174,3 +175,15 @@ def test_nvitop_once_shows_every_gpu_and_process(run):
         for pid in want["procs"]:
             assert f" {pid} " in screen
     assert "N/A" in screen
+
+
+def test_a_shipped_scenario_runs_by_name(tmp_path):
+    """`python3 -m exporter.sim.client h200-mig -- script.py`: the name works as for --simulate."""
+    script = tmp_path / "count.py"
+    script.write_text("import pynvml\npynvml.nvmlInit()\nprint(pynvml.nvmlDeviceGetCount(),"
+                      " pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0)))\n")
+    out = subprocess.run([sys.executable, "-m", "exporter.sim.client", "h200-mig", "--", str(script)],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[0] == "1" and "H200" in out.stdout

@@ -42,6 +42,7 @@ def _exit_code(code) -> int:
 
 def run(scenario_path: str, at: float, program: list[str], record: str | None) -> int:
     from exporter.sim import Simulation
+    from exporter.shipped import resolve_scenario
     from exporter.sim.scenario import load_scenario
 
     if not program:
@@ -50,7 +51,7 @@ def run(scenario_path: str, at: float, program: list[str], record: str | None) -
     main = None if target.endswith(".py") else _entry_point(target)
     if main is None and not os.path.isfile(target):
         raise UserError(f"{target}: neither an installed console script nor a Python file")
-    sim = Simulation(load_scenario(scenario_path), start_at=at)
+    sim = Simulation(load_scenario(resolve_scenario(scenario_path, "scenario")), start_at=at)
     sim.install()
     sim.advance_to(at)
     sim.mirror_host()
