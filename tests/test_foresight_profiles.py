@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.foresight.profiles import (
+    RECENT_RUNS,
     MAX_TIMELINE_STEPS,
     RunRecorder,
     WorkloadProfile,
@@ -75,13 +76,25 @@ def test_flat_stretches_merge_before_a_short_spike_widens():
     assert compacted[-1] == (480.0, 33 * GiB)
 
 
-def test_lower_peak_decays_the_learned_peak_by_a_quarter_of_the_gap():
-    """A smaller run moves the peak down slowly; a bigger one raises it at once."""
+def test_a_run_that_missed_the_spike_keeps_the_peak_and_its_timing():
+    """Issue 15: a newest run that missed the short spike between polls does not replace the profile."""
     big = learn_run(None, watched_run(), 2000.0, False)
-    small = learn_run(big, watched_run(memory=lambda a: wan_memory(a) // 3 * 2), 3000.0, False)
-    assert small.peak_bytes == 33 * GiB - (33 * GiB - 22 * GiB) // 4
-    again = learn_run(small, watched_run(), 4000.0, False)
-    assert again.peak_bytes == 33 * GiB and again.runs == 3
+    missed = learn_run(big, watched_run(memory=lambda a: min(wan_memory(a), 22 * GiB)), 3000.0, False)
+    assert missed.peak_bytes == 33 * GiB and missed.runs == 2
+    assert missed.timeline == big.timeline and missed.peak_offset_seconds == big.peak_offset_seconds
+
+
+def test_learned_peak_is_the_highest_of_the_recent_runs():
+    """The peak follows the last RECENT_RUNS complete runs: a high one stays until it leaves the window."""
+    profile = learn_run(None, watched_run(), 2000.0, False)
+    smaller = lambda a: wan_memory(a) // 3 * 2  # noqa: E731 - a smaller input: 22 GiB peak
+    for i in range(RECENT_RUNS - 1):
+        profile = learn_run(profile, watched_run(memory=smaller), 3000.0 + i, False)
+        assert profile.peak_bytes == 33 * GiB
+    profile = learn_run(profile, watched_run(memory=smaller), 4000.0, False)
+    assert profile.peak_bytes == 22 * GiB and len(profile.recent_peaks) == RECENT_RUNS
+    again = learn_run(profile, watched_run(), 5000.0, False)
+    assert again.peak_bytes == 33 * GiB and again.runs == RECENT_RUNS + 2
 
 
 def test_truncated_run_only_raises_the_peak():

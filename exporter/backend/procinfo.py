@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 # the variables that name the workload and its pod (exporter.identity, foresight.workload).
 ENV_VARS = frozenset({
     "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_VISIBLE_DEVICES",
-    "NVIDIA_VISIBLE_DEVICES", "GPUSHARE_WORKLOAD", "POD_NAME", "POD_NAMESPACE", "CONTAINER_NAME",
+    "NVIDIA_VISIBLE_DEVICES", "GPUSHARE_WORKLOAD", "GPUSHARE_EXPECTED_PEAK", "POD_NAME", "POD_NAMESPACE", "CONTAINER_NAME",
     "HOSTNAME",  # the pod name a container runtime gives; names pods when only the kubelet is reachable
 })
 _ENV_KEYS = frozenset(name.encode() for name in ENV_VARS)

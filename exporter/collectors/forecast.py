@@ -7,11 +7,14 @@ not growing, the contention ETA and stagger advice when no contention is predict
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.base import Families, Spec, gi_label, gpu_labels
 from exporter.collectors.instances import POD, group, known_total, with_mode_labels
 from exporter.collectors.process import PROCESS
+from exporter.foresight.forecast import BASES
 from exporter.foresight.result import DeviceRow
 from exporter.foresight.state import Foresight
 
@@ -28,7 +31,8 @@ EXPECTED_PEAK = Spec(
 AT_CONTENTION = Spec(
     "gpushare_process_memory_expected_at_contention_bytes",
     "gauge",
-    "Memory the process is expected to hold when its device first overflows (only when an overflow is predicted).",
+    "Memory the process is expected to hold when its device first overflows (only when an overflow is predicted); "
+    "basis: what the figure rests on (learned, scaled, declared, trend, current).",
     PROCESS,
     "bytes",
 )
@@ -90,7 +94,8 @@ class ForecastCollector:
         self.foresight = foresight
         self.mode = process_series
         self._peak = with_mode_labels(EXPECTED_PEAK, process_series)
-        self._at_contention = with_mode_labels(AT_CONTENTION, process_series)
+        at_contention = with_mode_labels(AT_CONTENTION, process_series)
+        self._at_contention = replace(at_contention, labels=at_contention.labels + ("basis",))
 
     def section_ok(self) -> bool:
         """False when the last Foresight.observe() failed (the previous forecast is still served)."""
@@ -109,10 +114,11 @@ class ForecastCollector:
             for labels, members in group(rows, gpu_labels(index, uuid), _row_fields, self.mode):
                 if len(members) == 1:
                     out.add(self._peak, labels, members[0].expected_peak_bytes)
-                    out.add(self._at_contention, labels, members[0].at_contention_bytes)
+                    out.add(self._at_contention, labels + (members[0].basis,), members[0].at_contention_bytes)
                     continue
                 out.add(self._peak, labels, known_total([r.expected_peak_bytes for r in members]))
-                out.add(self._at_contention, labels, known_total([r.at_contention_bytes for r in members]))
+                out.add(self._at_contention, labels + (weakest_basis(r.basis for r in members),),
+                        known_total([r.at_contention_bytes for r in members]))
         for device in result.devices:
             _add_device(out, device)
         for label, profile in result.profiles:
@@ -123,6 +129,11 @@ class ForecastCollector:
         out.add(PROFILES_STORED, (), result.profiles_stored)
         out.add(STORE_OK, (), None if result.store_ok is None else int(result.store_ok))
         return list(out)
+
+
+def weakest_basis(bases) -> str:
+    """The least informed of several members' bases (BASES runs from most to least informed)."""
+    return max(bases, key=BASES.index, default="current")
 
 
 def _row_fields(row):

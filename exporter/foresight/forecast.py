@@ -6,47 +6,54 @@ memory its processes are expected to hold *at the same moment*:
     demand = max over tau in [0, horizon] of  other + sum_p m_p(tau)
 
 where ``other`` is memory in use that no listed process accounts for, and ``m_p(tau)`` is
-process p's expected memory ``tau`` seconds from now: its learned timeline read at its
-current age plus tau, never below what it uses now, and zero once its learned duration is
-over. A process without a usable profile counts with what it uses now, for ever.
+process p's expected memory ``tau`` seconds from now. How m_p is obtained is its *basis*:
+
+- ``learned`` / ``scaled``: its workload's learned timeline (learned on a device of another
+  size and scaled to this one, for ``scaled``), read from the run's position on it (see
+  exporter.foresight.progress) and stretched by the run's slowdown. The step the run is in
+  holds at least what it uses now; later steps follow the timeline, so a spike in progress
+  ends when its profile says it ends. It drops to zero when the learned run ended; a run
+  already past that is expected to last as long again as it is late (bounded by evidence,
+  not for ever).
+- ``declared``: a size the user declared (or the LLM sizing rule), held for the run's life.
+- ``trend``: the run's own recent growth, extrapolated for as long again as it has run.
+- ``current``: none of these; counted at what it uses now, for ever.
 
 This is why three jobs that peak in their last 30 s collide when started together but not
 when started a minute apart, while the plain sum of expected peaks (also exported, as
 ``peak_sum_bytes``) cannot tell the two apart.
-
-Co-located processes slow each other down, so a run can be later than its learned timeline.
-When a process is past the age at which its workload peaks without having peaked, the whole
-device is assumed to run slower by ``age / peak_offset`` (at most MAX_SLOWDOWN): every
-process's remaining timeline is stretched by that factor, which keeps the gaps between
-processes that started apart, and the late process's peak is expected now.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from exporter.foresight.profiles import WorkloadProfile
+from exporter.foresight.progress import LATE_FACTOR
 
 HORIZON_SECONDS = 6 * 3600.0  # ignore anything predicted further ahead
-MAX_SLOWDOWN = 4.0  # never stretch learned timelines by more than this
-MIN_PEAK_OFFSET_FOR_SLOWDOWN = 60.0  # peaks this early say nothing about the device's speed
-LATE_PEAK_FRACTION = 0.5  # only profiles peaking in the second half of their life measure speed
 STAGGER_STEP_SECONDS = 5.0  # resolution of the stagger advice
-MATCH_FROM = 0.25  # a run is compared with its profile once the profile holds this share of its peak
-MATCH_TOLERANCE = 1.3  # ... and follows it while within this factor of what the profile held
+MATCH_TOLERANCE = 1.3  # a run more than this above (or below) its profile is another kind of run
+TREND_STEPS = 8  # a trend is held as this many steps
+BASES = ("learned", "scaled", "declared", "trend", "current")  # the ``basis`` label's values
 
 
 @dataclass(frozen=True)
 class ProcessState:
-    """What the forecast needs to know about one live process."""
+    """What the forecast needs to know about one live process (bytes, seconds)."""
 
     pid: int
-    used_bytes: int  # memory in use now, bytes
-    age_seconds: float  # seconds since it started
-    profile: WorkloadProfile | None  # its workload's profile, if any
-    peak_reached_age: float | None = None  # age when it first came within PEAK_BAND of the learned peak
+    used_bytes: int  # memory in use now
+    age_seconds: float  # since it started
+    profile: WorkloadProfile | None = None  # learned (or scaled) profile that this run follows
+    position: float = 0.0  # where on the profile's timeline the run is (learned seconds)
+    slowdown: float = 1.0  # learned seconds x slowdown = seconds of this run
+    basis: str = "current"  # see BASES and the module docstring
+    floor_bytes: int = 0  # declared: expected to hold at least this for the rest of its life
+    trend_bytes_per_second: float = 0.0  # trend: recent growth
+    trend_seconds: float = 0.0  # trend: how long the growth is extrapolated
 
 
 @dataclass(frozen=True)
@@ -69,95 +76,67 @@ class DeviceForecast:
         return self.capacity_bytes - self.peak_demand_bytes
 
 
-def expected_peak(used_bytes: int, profile: WorkloadProfile | None) -> int:
-    """The learned peak of the process's workload, but at least what it uses now (bytes)."""
-    if profile is None or not profile.usable:
-        return used_bytes
-    return max(used_bytes, profile.peak_bytes)
+def expected_peak(p: ProcessState) -> int:
+    """The most the process is expected to hold over the rest of its life (bytes)."""
+    steps, _end = process_curve(p)
+    return max([p.used_bytes] + [v for _, v in steps])
 
 
-def profile_matches(profile: WorkloadProfile, run_max_bytes: int, age: float, peaked: bool) -> bool:
+def follows(profile: WorkloadProfile, run_max_bytes: int, age: float, slowdown: float = 1.0) -> bool:
     """True when a run so far looks like the runs its profile was learned from.
 
-    Compares the most the run has used so far with the most the learned timeline holds at
-    the ages the run has gone through (up to, not including, the learned peak while the run
-    has not peaked, so a late run is compared with the part it did go through). A run
-    within a factor MATCH_TOLERANCE of it follows its profile; one that is far smaller or
-    larger is another kind of run under the same command line (another input, another
-    batch size, a device shared by more tenants), and its profile says nothing about it.
-    While the learned timeline is still below MATCH_FROM of its peak (the run is loading),
-    there is nothing to compare yet and the profile is not used either.
+    A run well above the learned peak, or well below what the learned timeline held by
+    the time the run reached (allowing it to be LATE_FACTOR times later than the device's
+    slowdown), is another kind of run under the same command line (another input, another
+    batch size, another model): its profile says nothing about it.
     """
-    until = age if peaked else min(age, profile.peak_offset_seconds)
-    learned = max((v for start, v in profile.scaled_timeline() if start < until), default=0)
-    if peaked:  # the step it is in now counts too
-        learned = max([learned] + [v for start, v in profile.scaled_timeline() if start <= until])
-    if learned < MATCH_FROM * profile.peak_bytes:
+    if run_max_bytes > profile.peak_bytes * MATCH_TOLERANCE:
         return False
-    return learned / MATCH_TOLERANCE <= run_max_bytes <= learned * MATCH_TOLERANCE
-
-
-def has_peaked(process: ProcessState) -> bool:
-    """True when this run already came within PEAK_BAND of its workload's learned peak."""
-    return process.peak_reached_age is not None
-
-
-def device_slowdown(processes: Iterable[ProcessState]) -> float:
-    """How much slower than learned the device runs (>= 1, at most MAX_SLOWDOWN).
-
-    A run that reached its peak at age r, where its profile peaks at age P, measures r / P;
-    a run older than P that has not peaked yet shows the slowdown is at least age / P.
-    The largest such figure on the device wins. Profiles that peak in their first minute
-    are ignored, and so are profiles that peak in the first half of their life (servers whose
-    load spikes come at random, training with periodic evaluation): their peak time says
-    nothing about speed.
-    """
-    slowdown = 1.0
-    for p in processes:
-        profile = p.profile
-        if profile is None or not profile.usable or profile.peak_offset_seconds < MIN_PEAK_OFFSET_FOR_SLOWDOWN:
-            continue
-        if (profile.peak_at_fraction or 0.0) < LATE_PEAK_FRACTION:
-            continue  # an early or recurring peak (servers, batches) is no clock to read
-        late = p.peak_reached_age if has_peaked(p) else p.age_seconds
-        slowdown = max(slowdown, late / profile.peak_offset_seconds)
-    return min(slowdown, MAX_SLOWDOWN)
+    reached = age / (max(1.0, slowdown) * LATE_FACTOR)
+    learned = max((v for start, v in profile.scaled_timeline() if start <= reached), default=0)
+    return run_max_bytes * MATCH_TOLERANCE >= learned
 
 
 # A curve is (steps, end): steps ((tau, bytes), ...) from tau 0, end = tau it drops to 0 or None.
 Curve = tuple[tuple[tuple[float, int], ...], float | None]
 
 
-def process_curve(p: ProcessState, slowdown: float = 1.0, grace: float = 0.0) -> Curve:
+def process_curve(p: ProcessState, grace: float = 0.0) -> Curve:
     """Expected memory of a live process over future time (see module docstring).
 
-    A run up to ``grace`` seconds (one poll interval) past its learned duration is expected
-    to exit by the end of that grace; a run later than that holds its memory for ever.
+    ``grace`` (one poll interval): a run up to that late past its learned end is about to exit.
     """
     profile = p.profile
     if profile is None or not profile.usable:
-        return ((0.0, p.used_bytes),), None
+        return _unprofiled_curve(p)
     duration = float(profile.duration_seconds)
-    position = p.age_seconds / slowdown  # where on the learned timeline the run is now
-    if has_peaked(p):
-        position = max(position, profile.peak_offset_seconds)
-    else:
-        position = min(position, profile.peak_offset_seconds)  # its peak is still to come
+    position, slowdown = p.position, max(p.slowdown, 1e-6)
     if position >= duration:
-        late = (position - duration) * slowdown
-        if late < grace:  # about to exit: the learned duration is only poll-accurate
-            return ((0.0, p.used_bytes),), grace - late
-        return ((0.0, p.used_bytes),), None  # outlived its profile: end unknown
+        late = max(0.0, p.age_seconds - duration * slowdown)
+        return ((0.0, max(p.used_bytes, p.floor_bytes)),), max(grace - late, late, grace / 2)
     timeline = profile.scaled_timeline()
     ends = [age for age, _ in timeline[1:]] + [duration]
-    steps = []
+    steps: list[tuple[float, int]] = []
     for (age, value), end in zip(timeline, ends):
         if end <= position:
             continue
-        steps.append((max(0.0, (age - position) * slowdown), max(value, p.used_bytes)))
-    if not steps or steps[0][0] > 0.0:  # timeline starts after the run's age 0: hold what it uses
-        steps.insert(0, (0.0, p.used_bytes))
+        if not steps:  # the step the run is in now: at least what it uses
+            if age > position:  # the timeline starts after the run's age: hold what it uses till then
+                steps.append((0.0, p.used_bytes))
+            steps.append((max(0.0, (age - position) * slowdown), max(value, p.used_bytes)))
+            continue
+        steps.append(((age - position) * slowdown, value))
     return tuple(steps), (duration - position) * slowdown
+
+
+def _unprofiled_curve(p: ProcessState) -> Curve:
+    """Declared, trend or current basis: no learned timeline to read."""
+    base = max(p.used_bytes, p.floor_bytes)
+    if p.trend_bytes_per_second <= 0 or p.trend_seconds <= 0:
+        return ((0.0, base),), None
+    step = p.trend_seconds / TREND_STEPS
+    return tuple((i * step, max(base, int(p.used_bytes + p.trend_bytes_per_second * i * step)))
+                 for i in range(TREND_STEPS + 1)), None
 
 
 def fresh_curve(profile: WorkloadProfile, start_in: float) -> Curve:
@@ -194,19 +173,19 @@ def demand_profile(curves: Sequence[Curve], other_bytes: int = 0) -> list[tuple[
 
 
 def forecast_device(
-    processes: Sequence[ProcessState], capacity_bytes: int | None, other_bytes: int = 0, grace: float = 0.0
+    processes: Sequence[ProcessState], capacity_bytes: int | None, other_bytes: int = 0, grace: float = 0.0,
+    slowdown: float = 1.0,
 ) -> DeviceForecast:
     """Peak demand, headroom inputs, contention time and stagger advice for one device.
 
     ``grace`` (seconds, normally one poll interval) is how late a run may be before its end
-    is considered unknown (see process_curve).
+    is considered unknown (see process_curve); ``slowdown`` is reported as measured upstream.
     """
     other_bytes = max(0, other_bytes)
-    slowdown = device_slowdown(processes)
-    curves = [process_curve(p, slowdown, grace) for p in processes]
+    curves = [process_curve(p, grace) for p in processes]
     totals = demand_profile(curves, other_bytes)
     peak_demand = max(total for _, total in totals)
-    peak_sum = other_bytes + sum(expected_peak(p.used_bytes, p.profile) for p in processes)
+    peak_sum = other_bytes + sum(max([p.used_bytes] + [v for _, v in c[0]]) for p, c in zip(processes, curves))
     contention_in = None
     at_contention: dict[int, int] = {}
     if capacity_bytes is not None:
@@ -240,7 +219,8 @@ def stagger_needed(processes: Sequence[ProcessState], capacity_bytes: int, other
     """
     profiled = sorted((p for p in processes if p.profile is not None and p.profile.usable),
                       key=lambda p: -p.age_seconds)
-    fixed = other_bytes + sum(p.used_bytes for p in processes if p.profile is None or not p.profile.usable)
+    fixed = other_bytes + sum(max(p.used_bytes, p.floor_bytes) for p in processes
+                              if p.profile is None or not p.profile.usable)
     if len(profiled) < 2:
         return None
     longest = max(float(p.profile.duration_seconds) for p in profiled)

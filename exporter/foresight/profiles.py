@@ -19,7 +19,7 @@ Timeline = tuple[tuple[float, int], ...]  # ((age_seconds, bytes), ...) ascendin
 MAX_TIMELINE_STEPS = 32  # steps kept per profile (about 0.5 KiB of JSON)
 MAX_RUN_POINTS = 512  # raw samples kept per live run before compaction kicks in
 PEAK_BAND = 0.9  # "at its peak" means at or above 90 % of the peak
-PEAK_DECAY = 0.25  # a lower peak moves the learned peak down by this share of the gap
+RECENT_RUNS = 5  # complete runs whose peaks the learned peak is taken over
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ class WorkloadProfile:
     timeline: Timeline  # upper envelope of memory by age (see module docstring)
     updated_at: float  # Unix seconds of the last change
     device_bytes: int | None = None  # usable memory of the device the timeline was learned on
+    recent_peaks: tuple[int, ...] = ()  # peaks of the last RECENT_RUNS complete runs, oldest first (bytes)
 
     @property
     def peak_at_fraction(self) -> float | None:
@@ -172,18 +173,33 @@ def learn_run(
 ) -> WorkloadProfile:
     """The profile after a run of its workload ended.
 
-    A complete run (watched from its start, not killed while the device was full) replaces
-    the timeline, duration and peak offset; its peak moves the learned peak up at once or
-    down by PEAK_DECAY of the gap. A truncated or partly watched run only raises the peak.
-    The run ended somewhere between its last sighting and the next poll, so its duration is
-    taken as the last sighted age plus half ``poll_interval`` (seconds).
+    A complete run (watched from its start, not killed while the device was full) is robust
+    to a run that missed a short spike between two polls:
+
+    - the learned peak is the highest peak of the last RECENT_RUNS complete runs (their
+      upper quantile), not the newest run's, so one run that missed the spike does not
+      lower it; an old peak leaves the window after RECENT_RUNS lower runs;
+    - the timeline, duration and peak offset come from the newest run that reached
+      PEAK_BAND of that peak; a run that stayed below it keeps the previous timeline.
+
+    A truncated or partly watched run only raises the peak. The run ended somewhere between
+    its last sighting and the next poll, so its duration is taken as the last sighted age plus
+    half ``poll_interval`` (seconds).
     """
     complete = run.seen_from_start and not truncated and run.samples > 0
     if not complete:
         return learn_running(old, run, now)
-    peak = run.peak_bytes
-    if old is not None and old.runs > 0 and old.peak_bytes > peak:
-        peak = int(round(old.peak_bytes - PEAK_DECAY * (old.peak_bytes - peak)))
+    history = old.recent_peaks if old is not None and old.runs > 0 else ()
+    if old is not None and old.runs > 0 and not history:  # a profile stored before recent_peaks
+        history = (old.peak_bytes,)
+    recent = (history + (run.peak_bytes,))[-RECENT_RUNS:]
+    peak = max(recent)
+    runs = (old.runs if old else 0) + 1
+    samples = (old.samples if old else 0) + run.samples
+    if old is not None and old.usable and run.peak_bytes < PEAK_BAND * peak:
+        # This run missed the peak (a spike between polls, a smaller input): keep the timing
+        # of the runs that saw it.
+        return replace(old, peak_bytes=peak, runs=runs, samples=samples, updated_at=now, recent_peaks=recent)
     timeline = run.timeline()
     top = max(value for _, value in timeline)
     return WorkloadProfile(
@@ -191,11 +207,12 @@ def learn_run(
         peak_bytes=peak,
         peak_offset_seconds=next(age for age, value in timeline if value == top),
         duration_seconds=run.last_age + poll_interval / 2,
-        runs=(old.runs if old else 0) + 1,
-        samples=(old.samples if old else 0) + run.samples,
+        runs=runs,
+        samples=samples,
         timeline=timeline,
         updated_at=now,
         device_bytes=run.device_bytes,
+        recent_peaks=recent,
     )
 
 

@@ -27,6 +27,7 @@ class ProcessRow:
     pod: str = ""
     container: str = ""
     replica: int | None = None  # ProcessInfo.replica (series key in --process-series workload)
+    basis: str = "current"  # what its forecast rests on (exporter.foresight.forecast.BASES)
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from exporter.foresight.forecast import (
-    ProcessState,
-    exhaustion_eta,
-    expected_peak,
-    forecast_device,
-    profile_matches,
-)
-from exporter.foresight.profiles import PEAK_BAND, RunRecorder, WorkloadProfile, learn_run, learn_running
+from exporter.foresight.basis import DECLARED_VAR, declared_bytes, scaled_profile, trend, workload_of
+from exporter.foresight.forecast import ProcessState, exhaustion_eta, expected_peak, follows, forecast_device
+from exporter.foresight.profiles import RunRecorder, WorkloadProfile, learn_run, learn_running
+from exporter.foresight.progress import RunProgress, device_slowdown
 from exporter.foresight.result import (
     DeviceRow,
     ForesightResult,
@@ -53,6 +49,8 @@ class _Live:
     last_seen: float  # Unix seconds
     device_fill: float  # used / capacity of its device then, 0..1
     neighbours: int  # processes on its device then, itself included
+    progress: RunProgress | None = None  # landmarks of its profile passed (see progress.py)
+    fed_age: float = 0.0  # age of the last sample fed to progress
 
 
 class Foresight:
@@ -81,6 +79,12 @@ class Foresight:
         self._keys: dict[tuple[int, str, str], str] = {}  # (pid, name, cmdline) -> workload key
         self._trends: dict[tuple[str, int | None], deque] = {}
         self._oom: dict[tuple[int, str], int] = {}
+        self._slowdowns: dict[tuple[str, int | None], float] = {}  # device -> slowdown at the last poll
+        self._sizes: dict[str, set[str]] = {}  # workload key -> its profile keys (one per device size)
+        for key in self.profiles:
+            self._sizes.setdefault(workload_of(key), set()).add(key)
+        self._scaled_cache: dict[str, tuple] = {}
+        self._declared_cache: dict[str, int | None] = {}
         self._dirty: set[str] = set()
         self._last_persist: float | None = None
         self._observed_once = False
@@ -129,6 +133,7 @@ class Foresight:
                      if p.key not in self.profiles or p.updated_at >= self.profiles[p.key].updated_at]
             for profile in taken:
                 self.profiles[profile.key] = profile
+                self._sizes.setdefault(workload_of(profile.key), set()).add(profile.key)
             if self.store:
                 self.store.save(taken)
         return len(taken)
@@ -188,36 +193,96 @@ class Foresight:
         whose memory is unknown and whose workload has no profile has no expected peak.
         """
         capacity, used = domain.capacity_bytes, domain.used_bytes
-        states, keys = [], []
-        for proc in domain.processes:
-            run = self._track((gpu.uuid, proc.gi, proc.pid), proc, now, domain, sim_time)
-            profile = self._usable(run.key)
-            reached = None if profile is None else run.first_age_at_or_above(PEAK_BAND * profile.peak_bytes)
-            if profile is not None and not profile_matches(profile, run.peak_bytes, run.age(now), reached is not None):
-                profile, reached = None, None  # this run does not follow its workload's profile (yet)
-            states.append(ProcessState(proc.pid, proc.used_memory_bytes or 0, run.age(now), profile, reached))
-            keys.append(run.key)
-        window = self._trend((gpu.uuid, domain.gi), now, used)
+        device_key = (gpu.uuid, domain.gi)
+        interval = self.poll_interval
+        lives = [self._track((gpu.uuid, proc.gi, proc.pid), proc, now, domain, sim_time) for proc in domain.processes]
+        plans = [self._plan(live, capacity, self._slowdowns.get(device_key, 1.0), interval) for live in lives]
+        slowdown = device_slowdown([None if progress is None else progress.speed(live.run.age(now))[0]
+                                    for live, (_p, _b, progress) in zip(lives, plans)])
+        self._slowdowns[device_key] = slowdown
+        states = [self._state(proc, live, plan, now, slowdown) for proc, live, plan in zip(domain.processes, lives, plans)]
+        window = self._trend(device_key, now, used)
         other = (used or 0) - sum(s.used_bytes for s in states)
-        forecast = forecast_device(states, capacity, other, self.poll_interval)
+        forecast = forecast_device(states, capacity, other, interval, slowdown)
         unread = used is None and all(p.used_memory_bytes is None for p in domain.processes)
         device = None if unread else DeviceRow(gpu.index, gpu.uuid, domain.gi, domain.profile, forecast,
                                                exhaustion_eta(window, capacity))
         contended = forecast.contention_in_seconds is not None and not unread
         rows = [
             ProcessRow(gpu.index, gpu.uuid, proc.gi, proc.pid, proc.name, process_sharing(gpu, proc),
-                       workload_label(key),
-                       None if proc.used_memory_bytes is None and state.profile is None
-                       else expected_peak(state.used_bytes, state.profile),
+                       workload_label(workload_of(live.run.key)),
+                       None if proc.used_memory_bytes is None and state.profile is None and not state.floor_bytes
+                       else expected_peak(state),
                        forecast.at_contention_bytes.get(proc.pid) if contended else None,
-                       proc.namespace, proc.pod, proc.container, proc.replica)
-            for proc, state, key in zip(domain.processes, states, keys)
+                       proc.namespace, proc.pod, proc.container, proc.replica, state.basis)
+            for proc, state, live in zip(domain.processes, states, lives)
         ]
         return device, rows
 
+    def _plan(self, live: _Live, capacity: int | None, slowdown: float, interval: float):
+        """(profile, basis, progress) of a live run: the profile it follows, if any (see basis.py)."""
+        run = live.run
+        profile, basis = self._usable(run.key), "learned"
+        if profile is None:
+            profile, basis = self._scaled(run.key, capacity), "scaled"
+        if profile is None or not follows(profile, run.peak_bytes, run.last_age, slowdown):
+            return None, "", None
+        progress = live.progress
+        if progress is None or progress.profile is not profile:  # first look, or the profile learned more
+            progress = live.progress = RunProgress(profile)
+            peak = 0
+            for age, value in run.points:
+                peak = max(peak, value)
+                progress.feed(age, value, peak, slowdown, interval)
+        elif run.points and run.points[-1][0] > live.fed_age:
+            age, value = run.points[-1]
+            progress.feed(age, value, run.peak_bytes, slowdown, interval)
+        live.fed_age = run.points[-1][0] if run.points else 0.0
+        if progress.smaller:
+            return None, "", None
+        return profile, basis, progress
+
+    def _state(self, proc: ProcessInfo, live: _Live, plan, now: float, slowdown: float) -> ProcessState:
+        """The forecast's view of one process, on the best basis it has (see forecast.py)."""
+        profile, basis, progress = plan
+        run, used = live.run, proc.used_memory_bytes or 0
+        age = run.age(now)
+        declared = self._declared(proc)
+        if profile is not None:
+            speed = progress.slowdown(age, slowdown)
+            return ProcessState(proc.pid, used, age, profile, progress.position(age, speed), speed, basis,
+                                declared or 0)
+        slope, horizon = trend(run.points, run.last_age) if run.samples >= 4 else (0.0, 0.0)
+        basis = "declared" if declared else "trend" if slope > 0 else "current"
+        return ProcessState(proc.pid, used, age, basis=basis, floor_bytes=declared or 0,
+                            trend_bytes_per_second=slope, trend_seconds=horizon)
+
+    def _scaled(self, key: str, capacity: int | None) -> WorkloadProfile | None:
+        """This workload's profile learned on another device size, scaled to ``capacity``."""
+        others = self._sizes.get(workload_of(key))
+        if not others:
+            return None
+        candidates = [self.profiles[k] for k in others if k != key and k in self.profiles]
+        cache_key = (key, capacity, tuple((p.key, p.updated_at) for p in candidates))
+        cached = self._scaled_cache.get(key)
+        if cached is None or cached[0] != cache_key:
+            cached = self._scaled_cache[key] = (cache_key, scaled_profile(candidates, capacity))
+        return cached[1]
+
+    def _declared(self, proc: ProcessInfo) -> int | None:
+        """Bytes the process declared in its environment, cached per declaration."""
+        cache_key = (proc.environ or {}).get(DECLARED_VAR, "")
+        if not cache_key:
+            return None
+        if cache_key not in self._declared_cache:
+            if len(self._declared_cache) > 10000:  # pids churn; the cache only saves re-parsing
+                self._declared_cache.clear()
+            self._declared_cache[cache_key] = declared_bytes(proc.environ or {})
+        return self._declared_cache[cache_key]
+
     def _track(self, run_id: RunId, proc: ProcessInfo, now: float, domain: MemoryDomain,
-               sim_time: float | None) -> RunRecorder:
-        """The recorder of a live process, created on first sight, with this poll's sample added."""
+               sim_time: float | None) -> _Live:
+        """The watch of a live process, created on first sight, with this poll's sample added."""
         capacity, used = domain.capacity_bytes, domain.used_bytes
         fill = used / capacity if capacity and used is not None else 0.0
         neighbours = len(domain.processes)
@@ -230,7 +295,7 @@ class Foresight:
         if proc.used_memory_bytes is not None:
             live.run.add(now, proc.used_memory_bytes)
         live.last_seen, live.device_fill, live.neighbours = now, fill, neighbours
-        return live.run
+        return live
 
     def _start_of(self, proc: ProcessInfo, now: float, sim_time: float | None) -> tuple[float, bool]:
         """When a newly seen process started, and whether we have watched it since then.
@@ -302,11 +367,13 @@ class Foresight:
         if self.profiles.get(profile.key) is not profile:
             self.profiles[profile.key] = profile
             self._dirty.add(profile.key)
+            self._sizes.setdefault(workload_of(profile.key), set()).add(profile.key)
         excess = len(self.profiles) - self.max_profiles
         if excess > 0:
             for key in sorted(self.profiles, key=lambda k: self.profiles[k].updated_at)[:excess]:
                 del self.profiles[key]
                 self._dirty.discard(key)
+                self._sizes.get(workload_of(key), set()).discard(key)
 
     def _persist(self, now: float | None, force: bool) -> None:
         """Every persist_interval (or when forced): learn from running runs, save changed profiles."""

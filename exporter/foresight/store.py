@@ -23,7 +23,7 @@ from typing import Any, Iterable
 
 from exporter.errors import UserError
 from exporter.inputs import value_problem
-from exporter.foresight.profiles import WorkloadProfile
+from exporter.foresight.profiles import RECENT_RUNS, WorkloadProfile
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +194,7 @@ def profile_to_dict(p: WorkloadProfile) -> dict[str, Any]:
         "timeline": [[age, value] for age, value in p.timeline],
         "updated_at": p.updated_at,
         "device_bytes": p.device_bytes,
+        "recent_peaks": list(p.recent_peaks),
     }
 
 
@@ -229,6 +230,11 @@ def profile_from_dict(d: Any, place: str) -> WorkloadProfile:
         if timeline and step[0] <= timeline[-1][0]:
             raise UserError(f"{place}.timeline[{i}]: ages must increase")
         timeline.append((float(step[0]), int(step[1])))
+    raw_peaks = d.get("recent_peaks", [])  # absent in files written before it existed
+    if not isinstance(raw_peaks, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in raw_peaks
+    ):
+        raise UserError(f"{place}.recent_peaks: must be a list of non-negative integers (bytes)")
     return WorkloadProfile(
         key=key,
         peak_bytes=number("peak_bytes", integer=True),
@@ -239,6 +245,7 @@ def profile_from_dict(d: Any, place: str) -> WorkloadProfile:
         timeline=tuple(timeline),
         updated_at=number("updated_at"),
         device_bytes=number("device_bytes", optional=True, integer=True),
+        recent_peaks=tuple(raw_peaks[-RECENT_RUNS:]),
     )
 
 

@@ -28,27 +28,12 @@ from functools import cached_property
 import numpy as np
 
 from exporter.catalog import MIB, GpuModel
+from exporter.sizing import PRECISION_BYTES, SIZING_OVERHEAD, rule_sized_bytes  # noqa: F401 - re-exported
 
 DEFAULT_OBSERVED_MARGIN = 0.10
 DEFAULT_PEAK_QUANTILE = 0.95
 
-# Bytes per parameter by precision (seed 004: "determine the precision of the model").
-PRECISION_BYTES: dict[str, float] = {
-    "fp32": 4.0, "float32": 4.0, "tf32": 4.0,
-    "fp16": 2.0, "float16": 2.0, "half": 2.0, "bf16": 2.0, "bfloat16": 2.0,
-    "fp8": 1.0, "int8": 1.0, "e4m3": 1.0, "e5m2": 1.0,
-    "int4": 0.5, "fp4": 0.5, "nf4": 0.5, "mxfp4": 0.5,
-}
-
-# Seed 004's rule for LLM serving: parameters x bytes per parameter x 1.2.
-SIZING_OVERHEAD = 1.2
-
 Timeline = tuple[tuple[float, int], ...]  # (seconds since the workload started, bytes)
-
-
-def rule_sized_bytes(params: float, precision: str) -> int:
-    """Memory (bytes) the seed-004 rule gives a model: params x bytes/param x 1.2."""
-    return math.ceil(params * PRECISION_BYTES[precision] * SIZING_OVERHEAD)
 
 
 def upper_quantile(values, q: float) -> float:

@@ -1,0 +1,114 @@
+"""What a run without a learned profile of its own is forecast from: the other bases.
+
+In the order the foresight tries them (exporter.foresight.forecast lists them all):
+
+- ``scaled``: the same workload learned on a device of another size. A workload that took
+  nearly all of the device it was learned on (SELF_SIZING_SHARE or more) sizes itself to
+  its device (vLLM's gpu_memory_utilization, a framework's memory fraction), and so must one
+  whose learned peak would not fit this device at all: its timeline is scaled by the ratio
+  of the sizes. Otherwise it needs what it needed: bytes are kept.
+- ``declared``: GPUSHARE_EXPECTED_PEAK in the process's environment, a size (``30GiB``) or,
+  for LLM serving, a parameter count and precision (``8B fp16``, ``70B int4``) that seed
+  004's rule turns into bytes (parameters x bytes per parameter x 1.2). On Kubernetes, set
+  it from a pod annotation through the downward API (docs/foresight.md). The rule is not
+  applied to model names guessed from command lines: a model served quantized would be
+  expected at twice or four times what it holds, a false alarm on every start.
+- ``trend``: the run's own steady growth over the last TREND_WINDOW seconds (see trend()),
+  extrapolated for a quarter of the run's age, at most TREND_MAX_SECONDS (a leak or a ramp
+  on its first run; a line says little about what comes later).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import replace
+from typing import Mapping, Sequence
+
+from exporter.foresight.profiles import WorkloadProfile
+from exporter.sizing import PRECISION_BYTES, rule_sized_bytes
+from exporter.units import parse_bytes
+
+DECLARED_VAR = "GPUSHARE_EXPECTED_PEAK"
+SELF_SIZING_SHARE = 0.85  # a learned peak this close to the device's size means it sizes itself
+TREND_WINDOW = 300.0  # seconds of a run's samples its trend is fitted on
+TREND_MIN_SPAN = 60.0  # seconds of samples a trend needs
+TREND_SKIP_LOAD = 60.0  # seconds at the start of a run that are loading, not trend
+TREND_MIN_GROWTH = 64 * 2**20  # bytes the fitted line must rise over the stretch
+TREND_MAX_SECONDS = 300.0  # a straight line is worth this much of the future, no more
+TREND_MIN_AGE = 120.0  # seconds a run must have lasted before its growth is taken as a trend
+
+# A parameter count with an optional precision: "8B", "8b fp16", "70B int4", "350M bf16".
+_PARAMS_DECLARED = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmbt])\s*(?:params?)?\s*([a-z0-9]+)?\s*")
+_PARAM_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+
+
+def workload_of(profile_key: str) -> str:
+    """The workload key of a profile key (``<workload>@<GiB>GiB``)."""
+    base, at, size = profile_key.rpartition("@")
+    return base if at and size.endswith("GiB") and size[:-3].isdigit() else profile_key
+
+
+def scaled_profile(candidates: Sequence[WorkloadProfile], capacity_bytes: int | None) -> WorkloadProfile | None:
+    """The same workload's profile learned on the nearest other device size, scaled to this one."""
+    usable = [p for p in candidates if p.usable and p.device_bytes]
+    if not usable or not capacity_bytes:
+        return None
+    nearest = min(usable, key=lambda p: (abs(math.log(p.device_bytes / capacity_bytes)), p.key))
+    ratio = capacity_bytes / nearest.device_bytes
+    if nearest.peak_bytes < SELF_SIZING_SHARE * nearest.device_bytes and nearest.peak_bytes < capacity_bytes:
+        ratio = 1.0  # it needs what it needed (one that could not fit at all must size itself)
+    return replace(
+        nearest,
+        key=f"{nearest.key}~scaled@{capacity_bytes}",  # its own landmark cache entry
+        peak_bytes=int(nearest.peak_bytes * ratio),
+        timeline=tuple((age, int(v * ratio)) for age, v in nearest.timeline),
+        recent_peaks=(),
+        device_bytes=capacity_bytes,
+    )
+
+
+def declared_bytes(environ: Mapping[str, str]) -> int | None:
+    """Bytes a process declared it will need (see module docstring); None when it did not
+    or the declaration is unusable (docs/foresight.md: an unusable declaration is ignored)."""
+    raw = environ.get(DECLARED_VAR, "").strip()
+    if not raw:
+        return None
+    try:
+        return parse_bytes(raw)
+    except ValueError:
+        pass
+    match = _PARAMS_DECLARED.fullmatch(raw.lower())
+    if match is None:
+        return None
+    params = float(match.group(1)) * _PARAM_SUFFIX[match.group(2)]
+    precision = match.group(3) or "fp16"
+    if precision not in PRECISION_BYTES or not 0 < params <= 1e15:
+        return None
+    return rule_sized_bytes(params, precision)
+
+
+def trend(points: Sequence[tuple[float, int]], age: float) -> tuple[float, float]:
+    """(bytes per second, seconds to extrapolate) of a run's steady growth; (0, 0) without one.
+
+    ``points`` are the run's (age, bytes) samples, ``age`` its age now. Loading a model is
+    fast growth that stops, and a server's load spikes come and go: the first
+    TREND_SKIP_LOAD seconds of a run are left out, and the growth is read from the *floor*
+    of the window's three thirds (their minima), which must rise from each third to the next.
+    A leak raises its floor; a spiky server does not. The line is trusted for a quarter of
+    the run's age (at most TREND_MAX_SECONDS): the longer the evidence, the further it reaches.
+    """
+    if age < TREND_MIN_AGE:
+        return 0.0, 0.0
+    recent = [(a, v) for a, v in points if a >= max(age - TREND_WINDOW, TREND_SKIP_LOAD)]
+    if len(recent) < 6 or recent[-1][0] - recent[0][0] < TREND_MIN_SPAN:
+        return 0.0, 0.0
+    first, span = recent[0][0], recent[-1][0] - recent[0][0]
+    thirds = [[v for a, v in recent if int(3 * (a - first) / span) in (i, i + 1 if i == 2 else i)]
+              for i in range(3)]
+    if any(not third for third in thirds):
+        return 0.0, 0.0
+    floors = [min(third) for third in thirds]
+    if not floors[0] < floors[1] < floors[2] or floors[2] - floors[0] < TREND_MIN_GROWTH:
+        return 0.0, 0.0
+    return (floors[2] - floors[0]) / (span * 2 / 3), min(age / 4, TREND_MAX_SECONDS)
