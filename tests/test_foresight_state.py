@@ -171,7 +171,9 @@ def test_mig_instances_are_forecast_separately():
 
 
 def test_profiles_are_learned_per_device_size():
-    """What a job did on a whole GPU is not applied to the same command in a MIG instance."""
+    """What a job did on a whole GPU is not applied to a run in a MIG instance that does not look like it.
+
+    (A run that does follow it gets the scaled profile: tests/test_foresight_outcome.py.)"""
     foresight = Foresight()
     learn_solo_run(foresight)  # on the 79 GiB H100
     instances = [(1, "3g.40gb", 40 * GiB)]
@@ -180,7 +182,7 @@ def test_profiles_are_learned_per_device_size():
     for _, result in replay(foresight, crowd, 3_000_000.0, 3_000_030.0, build=build):
         pass
     (device,) = result.devices
-    assert device.forecast.peak_demand_bytes == 3 * 8 * GiB  # current use: nothing learned at 40 GiB
+    assert device.forecast.peak_demand_bytes == 3 * 8 * GiB  # current use: 8 GiB is not Wan's 22 GiB
     assert {r.expected_peak_bytes for r in result.processes} == {8 * GiB}
 
 

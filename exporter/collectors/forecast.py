@@ -81,6 +81,16 @@ PROFILE_RUNS = Spec("gpushare_workload_profile_runs", "gauge",
                     "Fully observed runs learned (0: provisional, not used for forecasts).", PROFILE_LABELS)
 PROFILES_STORED = Spec("gpushare_workload_profiles", "gauge",
                        "Workload profiles held (the exported gpushare_workload_profile_* series are capped).")
+SUSPECTED_OOM = Spec(
+    "gpushare_suspected_oom_kills_total", "counter",
+    "Processes that vanished while their memory domain or MPS memory limit was nearly full (a heuristic, "
+    "docs/foresight.md), by whether the contention warning was up on their device then.",
+    ("gpu", "uuid", "predicted"))
+WARNINGS = Spec(
+    "gpushare_memory_contention_warnings_total", "counter",
+    "Contention warnings (predicted headroom below zero for 30 s) that ended, by outcome: oom when a suspected "
+    "OOM kill happened on the GPU while it was up or within 60 s after, else none.",
+    ("gpu", "uuid", "outcome"))
 STORE_OK = Spec("gpushare_exporter_state_store_ok", "gauge",
                 "1 while the --state-dir profile store reads and writes fine, 0 when profiles live in memory only.")
 
@@ -126,6 +136,12 @@ class ForecastCollector:
             out.add(PROFILE_DURATION, (label,), profile.duration_seconds)
             out.add(PROFILE_OFFSET, (label,), profile.peak_offset_seconds)
             out.add(PROFILE_RUNS, (label,), profile.runs)
+        for index, uuid, hit, missed, oom, none in result.outcomes:
+            ids = gpu_labels(index, uuid)
+            out.add(SUSPECTED_OOM, ids + ("true",), hit)
+            out.add(SUSPECTED_OOM, ids + ("false",), missed)
+            out.add(WARNINGS, ids + ("oom",), oom)
+            out.add(WARNINGS, ids + ("none",), none)
         out.add(PROFILES_STORED, (), result.profiles_stored)
         out.add(STORE_OK, (), None if result.store_ok is None else int(result.store_ok))
         return list(out)

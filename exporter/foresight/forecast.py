@@ -67,6 +67,7 @@ class DeviceForecast:
     at_contention_bytes: dict[int, int] = field(default_factory=dict)  # pid -> expected bytes then
     stagger_seconds: float | None = None  # start spacing that avoids the contention, plus one poll of margin
     slowdown: float = 1.0  # stretch applied to learned timelines
+    ends_in: dict[int, float] = field(default_factory=dict)  # pid -> seconds until its expected end (when known)
 
     @property
     def headroom_bytes(self) -> int | None:
@@ -207,6 +208,7 @@ def forecast_device(
         at_contention_bytes=at_contention,
         stagger_seconds=stagger,
         slowdown=slowdown,
+        ends_in={p.pid: c[1] for p, c in zip(processes, curves) if c[1] is not None and p.profile is not None},
     )
 
 

@@ -51,6 +51,8 @@ class ForesightResult:
     profiles: tuple[tuple[str, WorkloadProfile], ...] = ()  # (label, profile), bounded
     profiles_stored: int = 0
     store_ok: bool | None = None  # None without a state dir
+    # (gpu, uuid, suspected kills predicted, not predicted, warnings with an OOM, without) per GPU
+    outcomes: tuple[tuple[int, str, int, int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)

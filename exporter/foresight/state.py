@@ -18,6 +18,7 @@ from typing import Sequence
 from exporter.foresight.basis import DECLARED_VAR, declared_bytes, scaled_profile, trend, workload_of
 from exporter.foresight.forecast import ProcessState, exhaustion_eta, expected_peak, follows, forecast_device
 from exporter.foresight.profiles import RunRecorder, WorkloadProfile, learn_run, learn_running
+from exporter.foresight.outcome import FULL_FRACTION, Outcomes
 from exporter.foresight.progress import RunProgress, device_slowdown
 from exporter.foresight.result import (
     DeviceRow,
@@ -33,7 +34,6 @@ from exporter.snapshot import GpuInfo, ProcessInfo, Snapshot
 
 log = logging.getLogger(__name__)
 
-FULL_FRACTION = 0.97  # a run that vanished from a shared device this full may have been OOM-killed
 STALE_RUN_SECONDS = 3600.0  # forget runs on GPUs we could not read for this long
 LATE_START_SECONDS = 60.0  # a run first seen this long after its start was not watched from its start
 DEFAULT_POLL_INTERVAL = 15.0  # assumed until two polls have been seen
@@ -51,6 +51,8 @@ class _Live:
     neighbours: int  # processes on its device then, itself included
     progress: RunProgress | None = None  # landmarks of its profile passed (see progress.py)
     fed_age: float = 0.0  # age of the last sample fed to progress
+    limit_fill: float = 0.0  # used / its MPS pinned memory limit then, 0..1 (0 without a limit)
+    ends_at: float | None = None  # when its profile expected it to end, as of its last sighting
 
 
 class Foresight:
@@ -79,6 +81,7 @@ class Foresight:
         self._keys: dict[tuple[int, str, str], str] = {}  # (pid, name, cmdline) -> workload key
         self._trends: dict[tuple[str, int | None], deque] = {}
         self._oom: dict[tuple[int, str], int] = {}
+        self.outcomes = Outcomes()  # suspected OOM kills and warnings (exporter.foresight.outcome)
         self._slowdowns: dict[tuple[str, int | None], float] = {}  # device -> slowdown at the last poll
         self._sizes: dict[str, set[str]] = {}  # workload key -> its profile keys (one per device size)
         for key in self.profiles:
@@ -169,6 +172,7 @@ class Foresight:
         for gpu in snapshot.gpus:
             if not gpu.up:
                 continue  # its processes are unknown this poll, not gone
+            self.outcomes.gpu_seen(gpu.index, gpu.uuid)
             if processes_ok:
                 read_gpus.add(gpu.uuid)
             for domain in memory_domains(gpu):
@@ -178,11 +182,15 @@ class Foresight:
                     devices.append(device)
                 processes.extend(rows)
         finished = self._finish_runs(seen, read_gpus, oom_devices, now)
+        for row in devices:  # after the vanished runs: they are judged by the warning before them
+            self.outcomes.forecast((row.uuid, row.gi), row.forecast.headroom_bytes, now)
+        self.outcomes.devices_without({(row.uuid, row.gi) for row in devices}, now)
+        self.outcomes.settle(now)
         self._observed_once = True
         self._persist(now, force=finished > 0)  # a finished run is worth saving at once
         running = {self._live[(r.uuid, r.gi, r.pid)].run.key for r in processes}
         return ForesightResult(tuple(processes), tuple(devices), self._exported_profiles(running),
-                               len(self.profiles), self._store_ok())
+                               len(self.profiles), self._store_ok(), self.outcomes.rows())
 
     def _forecast_domain(self, gpu: GpuInfo, domain: MemoryDomain, now: float,
                          sim_time: float | None) -> tuple[DeviceRow | None, list[ProcessRow]]:
@@ -204,6 +212,8 @@ class Foresight:
         window = self._trend(device_key, now, used)
         other = (used or 0) - sum(s.used_bytes for s in states)
         forecast = forecast_device(states, capacity, other, interval, slowdown)
+        for state, live in zip(states, lives):
+            live.ends_at = None if state.pid not in forecast.ends_in else now + forecast.ends_in[state.pid]
         unread = used is None and all(p.used_memory_bytes is None for p in domain.processes)
         device = None if unread else DeviceRow(gpu.index, gpu.uuid, domain.gi, domain.profile, forecast,
                                                exhaustion_eta(window, capacity))
@@ -295,6 +305,8 @@ class Foresight:
         if proc.used_memory_bytes is not None:
             live.run.add(now, proc.used_memory_bytes)
         live.last_seen, live.device_fill, live.neighbours = now, fill, neighbours
+        limit = proc.mps_memory_limit_bytes
+        live.limit_fill = proc.used_memory_bytes / limit if limit and proc.used_memory_bytes is not None else 0.0
         return live
 
     def _start_of(self, proc: ProcessInfo, now: float, sim_time: float | None) -> tuple[float, bool]:
@@ -353,7 +365,11 @@ class Foresight:
             uuid, gi, _pid = run_id
             if uuid in read_gpus:
                 killed = (uuid, "" if gi is None else str(gi)) in oom_devices
-                truncated = killed or (live.device_fill >= FULL_FRACTION and live.neighbours >= 2)
+                full = (live.device_fill >= FULL_FRACTION and live.neighbours >= 2) or live.limit_fill >= FULL_FRACTION
+                truncated = killed or full
+                warned = self.outcomes.warning_up((uuid, gi), now)
+                early = live.ends_at is not None and now < live.ends_at
+                self.outcomes.vanished((uuid, gi), full or (warned and early), warned, now)
                 old = self.profiles.get(live.run.key)
                 self._learn(learn_run(old, live.run, live.last_seen, truncated, self.poll_interval))
                 del self._live[run_id]
