@@ -219,21 +219,14 @@ def sim_run(name: str, learn_first: bool, interval: float) -> dict:
 
 
 def after_solo_run(scenario):
-    """The scenario played after a solo run of its first process, on one simulated host.
-
-    One Simulation plays both phases, so the learning run and the scenario proper share the
-    host clock that the fake /proc start times are on: what the profile learned (ages,
-    durations) holds when it is used, and the clock never goes back between the phases.
-    """
+    """The scenario after a solo run of its first process, as one scenario: both phases then
+    share the simulated host clock that the fake /proc start times are on, so learned ages hold."""
     import dataclasses
 
     if scenario.events:
         raise ValueError(f"{scenario.name}: events are not shifted behind a learning run")
     offset = scenario.duration or 1800.0
-
-    def shift(timeline):
-        return tuple((t + offset, v) for t, v in timeline)
-
+    shift = lambda timeline: tuple((t + offset, v) for t, v in timeline)  # noqa: E731
     later = tuple(dataclasses.replace(p, start=p.start + offset, end=None if p.end is None else p.end + offset,
                                       memory=shift(p.memory), activity={k: shift(v) for k, v in p.activity.items()})
                   for p in scenario.processes)
@@ -243,9 +236,7 @@ def after_solo_run(scenario):
 def replay_sim(foresight: Foresight, scenario, test_start: float, interval: float) -> dict:
     """Poll a scenario to its end; alert (headroom < 0 for FOR_SECONDS) and OOM times from test_start on.
 
-    Foresight reads the snapshot's own clock (the simulated host's, which the fake /proc
-    process start times use): a clock of our own would make every process look just started.
-    """
+    Foresight reads the snapshot's clock, which the fake /proc start times use (see after_solo_run)."""
     from exporter.backend.sim import SimBackend
 
     backend = SimBackend(scenario)
