@@ -115,7 +115,8 @@ def _score(episode: Episode, intervals: list[list], kills: list[float], trace, p
     return {"index": episode.index, "classes": episode.classes, "device": episode.model + (
             f" {episode.mig}" if episode.mig else ""), "tenants": len(starts), "ratio": round(episode.ratio, 3),
             "slowdown": round(episode.slowdown, 3), "test_hours": (episode.end - t0) / 3600,
-            "kills": len(kills), "incidents": rows, "alerts": alerts, "profiles_at_test": profiles,
+            "kills": len(kills), "incidents": rows,
+            "missed_spike_learning": sum(r.missed_spike for r in episode.runs), "alerts": alerts, "profiles_at_test": profiles,
             "negative_polls": len(negative), "first_negative": None if not negative else negative[0] - t0}
 
 
@@ -200,7 +201,8 @@ def verbose_row(r: dict) -> str:
     c = r["classes"]
     head = (f"ep {r['index']:3} {r['device']:18} {c['sharing']:7} {c['shape']:5} {c['pattern']:9} {c['mix']:8} "
             f"slow {r['slowdown']:.2f} n={r['tenants']} ratio {r['ratio']:.2f} learned={c['learned']} "
-            f"profiles={r['profiles_at_test']} negative_polls={r['negative_polls']}")
+            f"profiles={r['profiles_at_test']} negative_polls={r['negative_polls']}"
+            + (f" missed-spike learning runs={r['missed_spike_learning']}" if r["missed_spike_learning"] else ""))
     ooms = "; ".join(f"OOM +{i['t']:.0f}s {'caught lead ' + format(i['lead'], '.0f') + 's' if i['caught'] else 'MISSED'}"
                      f" ceiling {i['ceiling']:.0f}s headroom before "
                      f"{'-' if i['headroom_before_gib'] is None else format(i['headroom_before_gib'], '.2f') + 'GiB'}"

@@ -110,6 +110,7 @@ class Run:
     start: int
     end: float
     memory: tuple[tuple[float, int], ...]
+    missed_spike: bool = False  # a learning run whose spikes fall between polls
 
 
 @dataclass(frozen=True)
@@ -256,7 +257,8 @@ def make_episode(rng: random.Random, index: int) -> Episode:
         if gpu == 1 and (sizes_itself or other[1] is not None):  # a smaller device holds it only scaled
             device_scale *= (capacity(*other) - MPS_SERVER_BYTES) / usable
         runs.append(Run(pid, w.command.format(n=rng.randint(1, 9999)), j, "learn", gpu, start,
-                        round(start + w.duration * stretch, 3), _absolute(w.points(narrow), start, stretch, device_scale)))
+                        round(start + w.duration * stretch, 3), _absolute(w.points(narrow), start, stretch, device_scale),
+                        narrow))
     for j, start, pid in zip(tenants, starts, pids[len(plan):]):
         w = workloads[j]
         runs.append(Run(pid, w.command.format(n=rng.randint(1, 9999)), j, "test", 0, start,
