@@ -207,22 +207,36 @@ SIM_CASES = (  # (scenario file, learn from the first process alone first, must 
 
 def sim_run(name: str, learn_first: bool, interval: float) -> dict:
     """Replay an examples/scenarios file through the simulator and the real NVML backend."""
-    import dataclasses
     import logging
 
     from exporter.sim.scenario import load_scenario
 
     logging.disable(logging.WARNING)  # the fault scenarios log every injected NVML error
     scenario = load_scenario(Path(__file__).resolve().parent.parent / "examples" / "scenarios" / name)
-    foresight = Foresight()
-    if learn_first:
-        solo = dataclasses.replace(scenario, processes=scenario.processes[:1])
-        replay_sim(foresight, solo, T0, interval)
-    return replay_sim(foresight, scenario, T0 + 10_000, interval)
+    if not learn_first:
+        return replay_sim(Foresight(), scenario, 0.0, interval)
+    return replay_sim(Foresight(), after_solo_run(scenario), scenario.duration or 1800.0, interval)
 
 
-def replay_sim(foresight: Foresight, scenario, offset: float, interval: float) -> dict:
-    """Poll a scenario to its end; alert (headroom < 0 for FOR_SECONDS) and OOM times."""
+def after_solo_run(scenario):
+    """The scenario after a solo run of its first process, as one scenario: both phases then
+    share the simulated host clock that the fake /proc start times are on, so learned ages hold."""
+    import dataclasses
+
+    if scenario.events:
+        raise ValueError(f"{scenario.name}: events are not shifted behind a learning run")
+    offset = scenario.duration or 1800.0
+    shift = lambda timeline: tuple((t + offset, v) for t, v in timeline)  # noqa: E731
+    later = tuple(dataclasses.replace(p, start=p.start + offset, end=None if p.end is None else p.end + offset,
+                                      memory=shift(p.memory), activity={k: shift(v) for k, v in p.activity.items()})
+                  for p in scenario.processes)
+    return dataclasses.replace(scenario, duration=2 * offset, processes=scenario.processes[:1] + later)
+
+
+def replay_sim(foresight: Foresight, scenario, test_start: float, interval: float) -> dict:
+    """Poll a scenario to its end; alert (headroom < 0 for FOR_SECONDS) and OOM times from test_start on.
+
+    Foresight reads the snapshot's clock, which the fake /proc start times use (see after_solo_run)."""
     from exporter.backend.sim import SimBackend
 
     backend = SimBackend(scenario)
@@ -232,17 +246,17 @@ def replay_sim(foresight: Foresight, scenario, offset: float, interval: float) -
         while t <= (scenario.duration or 1800.0):
             backend.step_to(t)
             snapshot = backend.poll()
-            foresight.observe(snapshot, now=offset + t)
-            for row in foresight.result().devices:
+            foresight.observe(snapshot)
+            for row in foresight.result().devices if t >= test_start else ():
                 key = (row.gpu, row.gi)
                 if row.forecast.headroom_bytes is not None and row.forecast.headroom_bytes < 0:
                     if t - since.setdefault(key, t) >= FOR_SECONDS:
                         alerts += 1
-                        alert_at = t if alert_at is None else alert_at
+                        alert_at = t - test_start if alert_at is None else alert_at
                 else:
                     since.pop(key, None)
             if oom_at is None and sum(snapshot.simulation.oom_kills.values()):
-                oom_at = t
+                oom_at = t - test_start
             t += interval
     finally:
         backend.close()

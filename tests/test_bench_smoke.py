@@ -7,6 +7,7 @@ figures themselves are the bench's output, not test material).
 from __future__ import annotations
 
 import ctypes.util
+import json
 import os
 import re
 import subprocess
@@ -140,3 +141,68 @@ def test_k8s_bench_churn_node_is_a_valid_pod_scenario():
     assert scenario.processes and all(p.pod is not None and p.env["HOSTNAME"] == p.pod.name
                                       for p in scenario.processes)
     assert not any(p.memory_na for p in scenario.processes)
+
+
+ACCURACY = REPO / "bench" / "foresight_accuracy.py"
+
+
+def _accuracy(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ACCURACY), *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=240)
+
+
+def test_foresight_accuracy_smoke_prints_the_table_with_ratios_in_range(tmp_path):
+    """Three episodes (one of them an OOM) end to end: the table, sane figures, the same bytes with 2 jobs."""
+    out = _accuracy("--episodes", "3", "--json", str(tmp_path / "a.json"), "--verbose")
+    assert out.returncode == 0, out.stderr[-2000:]
+    for line in ("recall (learned)", "precision (learned)", "false alarms / 100 device-hours", "lead median",
+                 "lead p10", "first-run recall", "sharing=", "pattern=colliding", "ep   2 "):
+        assert line in out.stdout
+    assert re.search(r"^wall time [\d.]+ s", out.stderr, re.M)
+    doc = json.loads((tmp_path / "a.json").read_text())
+    assert doc["all"]["incidents"] >= 1  # episode 2 collides: the smoke run exercises the OOM path
+    for figures in [doc["learned"], doc["all"], doc["first_run"], *doc["classes"].values()]:
+        for ratio in ("recall", "precision"):
+            assert figures[ratio] is None or 0.0 <= figures[ratio] <= 1.0
+        assert figures["false_per_100h"] is None or figures["false_per_100h"] >= 0
+        assert figures["caught"] <= figures["incidents"] and figures["true_alerts"] <= figures["alerts"]
+    parallel = _accuracy("--episodes", "3", "--verbose", "--jobs", "2")
+    assert parallel.returncode == 0 and parallel.stdout == out.stdout  # deterministic whatever --jobs
+
+
+def test_foresight_accuracy_refuses_a_bad_flag_value():
+    out = _accuracy("--episodes", "0")
+    assert out.returncode == 2
+    assert "--episodes" in out.stderr.strip().splitlines()[-1]
+
+
+def test_foresight_corpus_is_seeded_and_its_classes_hold():
+    """Same seed, same corpus; replicas share a workload key, other jobs do not; each start pattern
+    puts the simultaneous peak where its class says (above memory only when colliding)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import foresight_corpus as corpus
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    from exporter.foresight.workload import workload_key
+
+    episodes = corpus.make_corpus(7, 40)
+    assert [e.runs for e in episodes] == [e.runs for e in corpus.make_corpus(7, 40)]
+    assert {e.classes["pattern"] for e in episodes} == set(corpus.PATTERNS)
+    for e in episodes:
+        keys: dict[int, set] = {}
+        for r in e.runs:
+            keys.setdefault(r.workload, set()).add(workload_key(r.cmdline, "python3"))
+        assert all(len(k) == 1 for k in keys.values()) and len(set.union(*keys.values())) == len(keys)
+        assert (e.ratio > 1.0) == (e.classes["pattern"] == "colliding"), (e.index, e.ratio)
+        assert 2 <= len(e.test_runs()) <= 5 and all(r.start >= e.test_start for r in e.test_runs())
+        assert len({r.pid for r in e.runs}) == len(e.runs)
+    corpus.to_scenario(episodes[0])  # the scenario loader accepts what the corpus builds
+
+
+def test_foresight_bench_sim_alerts_minutes_before_the_wan_oom():
+    """--sim learns the Wan job on the simulated host's clock: the together row alerts >= 300 s before its OOM."""
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "foresight_bench.py"), "--sim"], cwd=REPO,
+                         capture_output=True, text=True, timeout=240)
+    row = next(line.split() for line in out.stdout.splitlines() if line.startswith("wan22-h100-mps-together"))
+    assert row[3].endswith("s") and int(row[3][:-1]) >= 300, out.stdout

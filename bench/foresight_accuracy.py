@@ -1,0 +1,265 @@
+"""Accuracy of the OOM forecast (foresight) on a seeded random corpus of shared-memory episodes.
+
+    python3 bench/foresight_accuracy.py [--seed 1] [--episodes 88] [--interval 5] [--jobs 2]
+                                        [--json results.json] [--list] [--verbose]
+
+Every episode of bench/foresight_corpus.py (one GPU or MIG instance shared by 2-5 MPS
+clients: learning runs alone, then a test phase together) is played through the real
+pipeline: simulator -> fake libnvidia-ml -> NvmlBackend (SimBackend) -> Foresight.observe,
+one poll every --interval virtual seconds, a fresh Foresight per episode. During the test
+phase the shipped contention rules (alerts/gpushare-memory.yml) are applied to each poll's
+forecast: pending while headroom < 0 (a whole GPU only when its sharing is mps or
+time_slicing), firing once pending for 30 s, resolved when headroom >= 0 or the device row
+is gone. Truth is the simulator's OOM kills (reason "oom") in the test phase.
+
+--list prints the episodes' classes and exits; --verbose adds one row per episode (OOMs,
+alert intervals, lead) to find why a forecast missed; --json writes every figure. The same
+seed gives the same stdout, whatever --jobs; the wall time goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import statistics
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from exporter.backend.sim import SimBackend  # noqa: E402
+from exporter.foresight import Foresight  # noqa: E402
+from foresight_corpus import Episode, make_corpus, to_scenario  # noqa: E402
+
+FOR_SECONDS = 30.0  # the `for` of GpuMemoryContentionPredicted / MigMemoryContentionPredicted
+INCIDENT_SECONDS = 60.0  # kills this close belong to one collision; an alert this soon before one was right
+GPU_SHARING = ("mps", "time_slicing")  # the GPU rule's gpushare_gpu_info{sharing=~...} filter
+GiB = 2**30
+DEFINITIONS = (
+    "recall: OOM incidents (a device's first kill of a collision; kills within 60 s of the previous one join it)"
+    " during which an alert was firing / all incidents",
+    "precision: firing intervals with an incident while firing or within 60 s after they resolved / all intervals",
+    "false alarms: firing intervals without such an incident / test-phase device-hours of all episodes x 100",
+    "lead: incident time - start of the firing interval that contains it (misses excluded)",
+    "ceiling: incident time - the last co-tenant start before it (the most lead any forecast can give)",
+    "learned: episodes where every workload ran alone on the same device first; first run: the others",
+)
+
+
+def play(episode: Episode, interval: float) -> dict:
+    """Poll one episode to its end; its incidents, firing intervals and a few diagnostics."""
+    backend = SimBackend(to_scenario(episode))
+    backend.open()
+    foresight = Foresight()
+    intervals: list[list] = []  # [start, end or None] of each firing interval
+    pending = None
+    trace: list[tuple[float, int | None]] = []  # (t, headroom) of the test device per test poll
+    profiles_at_test = None
+    try:
+        t = 0.0
+        while t <= episode.end:
+            backend.step_to(t)
+            snapshot = backend.poll()
+            foresight.observe(snapshot)
+            if t >= episode.test_start:
+                if profiles_at_test is None:
+                    profiles_at_test = sum(p.usable for p in foresight.profiles.values())
+                gpu = next(g for g in snapshot.gpus if g.index == 0)
+                rows = [r for r in foresight.result().devices if r.gpu == 0]
+                headroom = min((r.forecast.headroom_bytes for r in rows
+                                if r.forecast.headroom_bytes is not None
+                                and (r.gi is not None or gpu.sharing in GPU_SHARING)), default=None)
+                trace.append((t, headroom))
+                if headroom is not None and headroom < 0:
+                    pending = t if pending is None else pending
+                    if t - pending >= FOR_SECONDS and not (intervals and intervals[-1][1] is None):
+                        intervals.append([t, None])
+                else:
+                    pending = None
+                    if intervals and intervals[-1][1] is None:
+                        intervals[-1][1] = t
+            t += interval
+        kills = sorted(e.time for e in backend.sim.oom_events
+                       if e.reason == "oom" and e.gpu == 0 and e.time >= episode.test_start)
+    finally:
+        backend.close()
+    return _score(episode, intervals, kills, trace, profiles_at_test or 0)
+
+
+def _score(episode: Episode, intervals: list[list], kills: list[float], trace, profiles: int) -> dict:
+    incidents: list[float] = []
+    last = None
+    for k in kills:
+        if last is None or k - last > INCIDENT_SECONDS:
+            incidents.append(k)
+        last = k
+    starts = [r.start for r in episode.test_runs()]
+    t0 = episode.test_start
+    rows = []
+    for k in incidents:
+        hit = next((s for s, e in intervals if s <= k < (e if e is not None else math.inf)), None)
+        before = [h for t, h in trace if t <= k and h is not None]
+        rows.append({"t": round(k - t0, 1), "caught": hit is not None,
+                     "lead": None if hit is None else round(k - hit, 1),
+                     "ceiling": round(k - max(s for s in starts if s <= k), 1),
+                     "headroom_before_gib": round(before[-1] / GiB, 2) if before else None})
+    alerts = [{"start": s - t0, "end": None if e is None else e - t0,
+               "true": any(s <= k <= (e if e is not None else math.inf) + INCIDENT_SECONDS for k in incidents)}
+              for s, e in intervals]
+    negative = [t for t, h in trace if h is not None and h < 0]
+    return {"index": episode.index, "classes": episode.classes, "device": episode.model + (
+            f" {episode.mig}" if episode.mig else ""), "tenants": len(starts), "ratio": round(episode.ratio, 3),
+            "slowdown": round(episode.slowdown, 3), "test_hours": (episode.end - t0) / 3600,
+            "kills": len(kills), "incidents": rows,
+            "missed_spike_learning": sum(r.missed_spike for r in episode.runs), "alerts": alerts, "profiles_at_test": profiles,
+            "negative_polls": len(negative), "first_negative": None if not negative else negative[0] - t0}
+
+
+def _p10(values: list[float]) -> float:
+    """Nearest-rank 10th percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.1 * len(ordered)) - 1)]
+
+
+def figures(results: list[dict]) -> dict:
+    """Recall, precision, false alarms, lead and ceiling over some episodes."""
+    incidents = [i for r in results for i in r["incidents"]]
+    alerts = [a for r in results for a in r["alerts"]]
+    hours = sum(r["test_hours"] for r in results)
+    leads = [i["lead"] for i in incidents if i["caught"]]
+    ceilings = [i["ceiling"] for i in incidents]
+    false = sum(not a["true"] for a in alerts)
+    return {
+        "episodes": len(results), "incidents": len(incidents), "caught": len(leads),
+        "recall": len(leads) / len(incidents) if incidents else None,
+        "alerts": len(alerts), "true_alerts": len(alerts) - false,
+        "precision": (len(alerts) - false) / len(alerts) if alerts else None,
+        "false_alerts": false, "device_hours": round(hours, 3),
+        "false_per_100h": 100 * false / hours if hours else None,
+        "lead_median": statistics.median(leads) if leads else None, "lead_p10": _p10(leads) if leads else None,
+        "ceiling_median": statistics.median(ceilings) if ceilings else None,
+        "ceiling_p10": _p10(ceilings) if ceilings else None,
+    }
+
+
+def _ratio(value, num, den) -> str:
+    return "-" if value is None else f"{value:.2f} ({num}/{den})"
+
+
+def _secs(value) -> str:
+    return "-" if value is None else f"{value:.0f} s"
+
+
+def _per100(value) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def report(results: list[dict], args) -> dict:
+    """Print the summary and per-class tables; the same figures as a dict."""
+    learned = [r for r in results if r["classes"]["first_run"] == "no"]
+    first = [r for r in results if r["classes"]["first_run"] == "yes"]
+    fl, fa, ff = figures(learned), figures(results), figures(first)
+    print(f"Foresight accuracy: seed {args.seed}, {len(results)} episodes ({len(learned)} learned, "
+          f"{len(first)} first run), poll every {args.interval:g} s, alert `for` {FOR_SECONDS:g} s")
+    for line in DEFINITIONS:
+        print(f"  {line}")
+    rows = [
+        ("recall (learned)", _ratio(fl["recall"], fl["caught"], fl["incidents"]), ">= 0.95"),
+        ("precision (learned)", _ratio(fl["precision"], fl["true_alerts"], fl["alerts"]), ">= 0.90"),
+        ("false alarms / 100 device-hours", f"{_per100(fa['false_per_100h'])} ({fa['false_alerts']} in "
+         f"{fa['device_hours']:.1f} h)", "<= 5"),
+        (f"lead median (learned, {fl['caught']} caught)", _secs(fl["lead_median"]), ">= 300 s"),
+        ("lead p10 (learned)", _secs(fl["lead_p10"]), ">= 60 s"),
+        ("ceiling median / p10 (learned)", f"{_secs(fl['ceiling_median'])} / {_secs(fl['ceiling_p10'])}", "-"),
+        ("first-run recall", _ratio(ff["recall"], ff["caught"], ff["incidents"]), ">= 0.5"),
+    ]
+    print(f"\n{'figure':40} {'measured':26} target")
+    for name, measured, target in rows:
+        print(f"{name:40} {measured:26} {target}")
+    print("\nPer class (learned episodes; the first_run and learned rows cover all episodes)")
+    print(f"{'class':26} {'eps':>4} {'OOMs':>5} {'recall':>14} {'precision':>14} {'FA/100h':>8} "
+          f"{'lead med':>9} {'lead p10':>9} {'ceil med':>9}")
+    classes = {}
+    for dim in ("sharing", "shape", "pattern", "mix", "slowdown", "first_run", "learned"):
+        pool = results if dim in ("first_run", "learned") else learned
+        for value in sorted({r["classes"][dim] for r in pool}):
+            f = figures([r for r in pool if r["classes"][dim] == value])
+            classes[f"{dim}={value}"] = f
+            print(f"{dim + '=' + value:26} {f['episodes']:>4} {f['incidents']:>5} "
+                  f"{_ratio(f['recall'], f['caught'], f['incidents']):>14} "
+                  f"{_ratio(f['precision'], f['true_alerts'], f['alerts']):>14} {_per100(f['false_per_100h']):>8} "
+                  f"{_secs(f['lead_median']):>9} {_secs(f['lead_p10']):>9} {_secs(f['ceiling_median']):>9}")
+    return {"learned": fl, "all": fa, "first_run": ff, "classes": classes}
+
+
+def verbose_row(r: dict) -> str:
+    c = r["classes"]
+    head = (f"ep {r['index']:3} {r['device']:18} {c['sharing']:7} {c['shape']:5} {c['pattern']:9} {c['mix']:8} "
+            f"slow {r['slowdown']:.2f} n={r['tenants']} ratio {r['ratio']:.2f} learned={c['learned']} "
+            f"profiles={r['profiles_at_test']} negative_polls={r['negative_polls']}"
+            + (f" missed-spike learning runs={r['missed_spike_learning']}" if r["missed_spike_learning"] else ""))
+    ooms = "; ".join(f"OOM +{i['t']:.0f}s {'caught lead ' + format(i['lead'], '.0f') + 's' if i['caught'] else 'MISSED'}"
+                     f" ceiling {i['ceiling']:.0f}s headroom before "
+                     f"{'-' if i['headroom_before_gib'] is None else format(i['headroom_before_gib'], '.2f') + 'GiB'}"
+                     for i in r["incidents"]) or "no OOM"
+    alerts = " ".join(f"[+{a['start']:.0f}..{'end' if a['end'] is None else '+' + format(a['end'], '.0f')}"
+                      f"{'' if a['true'] else ' FALSE'}]" for a in r["alerts"]) or "none"
+    return f"{head}\n      {ooms} | alerts {alerts}"
+
+
+def _positive(kind):
+    def parse(text: str):
+        value = kind(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=1, help="corpus seed (default 1)")
+    parser.add_argument("--episodes", type=_positive(int), default=88, help="episodes (default 88)")
+    parser.add_argument("--interval", type=_positive(float), default=5.0, help="poll interval, virtual s (default 5)")
+    parser.add_argument("--jobs", type=_positive(int), default=1, help="worker processes (default 1)")
+    parser.add_argument("--json", metavar="FILE", help="write every figure and episode as JSON")
+    parser.add_argument("--list", action="store_true", help="print the episodes' classes and exit")
+    parser.add_argument("--verbose", action="store_true", help="one row per episode: OOMs, alerts, lead")
+    args = parser.parse_args(argv)
+    began = time.monotonic()
+    corpus = make_corpus(args.seed, args.episodes)
+    if args.list:
+        for e in corpus:
+            print(f"ep {e.index:3} {e.model + (' ' + e.mig if e.mig else ''):18} "
+                  + " ".join(f"{k}={v}" for k, v in e.classes.items())
+                  + f" shapes={','.join(w.shape for w in e.workloads)} tenants={len(e.test_runs())} ratio={e.ratio:.2f}")
+        return 0
+    run = partial(play, interval=args.interval)
+    if args.jobs == 1:
+        results = [run(e) for e in corpus]
+    else:  # each worker installs its own simulated NVML: processes, not threads
+        with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+            results = pool.map(run, corpus, chunksize=1)
+    summary = report(results, args)
+    if args.verbose:
+        print("\nEpisodes (times from the start of the test phase)")
+        for r in results:
+            print(verbose_row(r))
+    if args.json:
+        doc = {"seed": args.seed, "episodes": args.episodes, "interval": args.interval,
+               "for_seconds": FOR_SECONDS, "definitions": DEFINITIONS, **summary, "results": results}
+        Path(args.json).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    sys.stdout.flush()  # the wall time (stderr) comes after the tables
+    print(f"wall time {time.monotonic() - began:.1f} s ({args.jobs} job{'s' if args.jobs > 1 else ''})",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
