@@ -124,7 +124,9 @@ def missed_first_values(expr: str) -> list[str]:
 
     The term that counts it is ``<counter> unless <counter> offset <window>`` (dashboards.common.new_in).
     """
-    born = set(re.findall(r"([A-Za-z_:][\w:]*)\s+unless\s+\1\s+offset\b", _BRACES.sub("", _STRING.sub('""', expr))))
+    text = _BRACES.sub("", _STRING.sub('""', expr))
+    # "x unless x offset w", or "x > 0 unless x offset w" as the XID recording rule writes it.
+    born = set(re.findall(r"([A-Za-z_:][\w:]*)(?:\s*[<>!=]=?\s*[\d.]+)?\s+unless\s+\1\s+offset\b", text))
     missed = []
     for function, name in counter_calls(expr):
         if name not in LAZY_COUNTERS or (function == "rate" and name in INTEGRAL_COUNTERS):
