@@ -57,7 +57,7 @@ _BRACES = re.compile(r"\{[^{}]*\}")
 _BRACKETS = re.compile(r"\[[^\[\]]*\]")
 _LABEL_LIST = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)")
 _IDENT = re.compile(r"(?<![\w.:])([A-Za-z_:][\w:]*)(\s*\()?")
-_OFFSET = re.compile(r"\boffset\s+-?[\w.]+")
+_OFFSET = re.compile(r"\boffset\s+-?\$?[\w.]+")  # 15m, or a Grafana variable ($__range)
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,7 @@ def test_lint_reads_metric_names_counters_and_units_out_of_promql():
     assert lint.metric_names(expr) == ["gpushare_gpu_energy_joules_total", "gpushare_gpu_info", "gpushare_gpu_up"]
     assert lint.counter_arguments(expr) == ["gpushare_gpu_energy_joules_total"]
     assert lint.metric_names('label_replace(up, "x", "$1", "instance", "(.*)")') == ["up"]
+    assert lint.metric_names("x_total unless x_total offset $__rate_interval") == ["x_total"]
     assert lint.expected_units("gpushare_gpu_memory_used_bytes / gpushare_gpu_memory_total_bytes") == {"percentunit"}
     assert lint.expected_units("gpushare_gpu_memory_used_bytes") == {"bytes"}
     assert lint.expected_units("rate(gpushare_gpu_energy_joules_total[1m])") == {"watt"}
