@@ -75,15 +75,16 @@ alerts = Row("Advice: what do the advice alerts say right now?", (
 evidence = Row("Evidence: where is capacity wasted or at risk, over the selected time range?", (
     Panel("MPS clients without a pinned memory limit", "table", "bytes", (Query(UNLIMITED_CLIENTS),),
           columns=(Column("Memory used", "bytes"),), hide=("job", "uuid"),
-          description="MpsClientWithoutMemoryLimit: one such client can take the memory the others need."),
+          no_value="every MPS client has a pinned memory limit, or none runs", description="MpsClientWithoutMemoryLimit: one such client can take the memory the others need."),
     Panel("GPUs held by one process", "table", "percentunit", (
         Query(f"avg_over_time({sel('gpushare_gpu_utilization_ratio')}[$__range]) and {EXCLUSIVE}"),
         Query(f"max_over_time({sel('gpushare_gpu_memory_used_bytes')}[$__range]) / "
               f"{sel('gpushare_gpu_memory_total_bytes')} and {EXCLUSIVE}"),
     ), columns=(Column("Average kernel time", "percentunit", colored=True),
                 Column("Peak memory used", "percentunit", colored=True)),
-        thresholds=((0.2, "green"),), base_color="orange", hide=("job", "uuid"),
-        description="GpuUnderusedExclusive: under 20 % busy and under half the memory for 6 hours; share it."),
+        thresholds=((0.2, "green"), (1, "red")), base_color="orange", hide=("job", "uuid"),
+        no_value="no GPU held by one process", description="GpuUnderusedExclusive: under 20 % busy and under half the memory for 6 hours; share it. Red at "
+                    "100 %: the GPU was busy all the time or its memory full."),
     Panel("MIG instances: peak memory and compute", "table", "percentunit", (
         Query(f"max_over_time({sel('gpushare_mig_memory_used_bytes')}[$__range]) / on(job, instance, uuid, gi) "
               f"{sel('gpushare_mig_memory_total_bytes')}"),
@@ -93,7 +94,7 @@ evidence = Row("Evidence: where is capacity wasted or at risk, over the selected
                 Column("Peak SM active", "percentunit", colored=True),
                 Column("Average SM active", "percentunit", colored=True)),
         thresholds=((0.4, "green"), (0.9, "red")), base_color="orange", hide=("job", "uuid"), width=24,
-        description="Orange (< 40 % memory and SMs): MigInstanceOversized, a smaller profile fits. Red (SMs > 90 %): "
+        no_value="no MIG instance", description="Orange (< 40 % memory and SMs): MigInstanceOversized, a smaller profile fits. Red (SMs > 90 %): "
                     "MigInstanceComputeBound, a profile with more SMs helps. The SM columns need an activity source "
                     "(DCGM, or GPM on Hopper+): empty for A100/A30 read through NVML alone, where neither alert can "
                     "fire (docs/alerts.md)."),
@@ -102,7 +103,7 @@ evidence = Row("Evidence: where is capacity wasted or at risk, over the selected
 recommend = Row("Recommend: which layout would fit the observed work better?", (
     Panel("Command for each selected exporter", "table", "none", (Query(RECOMMEND),), width=12, height=6,
           hide=("job", "Value"),
-          description="exporter recommend reads the exporter's live snapshot and proposes MIG layouts, placement "
+          no_value="no exporter in the selection", description="exporter recommend reads the exporter's live snapshot and proposes MIG layouts, placement "
                       "and MPS limits for the workloads it sees."),
     Panel("From Prometheus history", "text", "none", width=12, height=6, content=(
         "For a layout that fits the peaks of a whole week rather than this moment, point `exporter recommend` "

@@ -42,6 +42,35 @@ ACTIVITY_SOURCE = ("Activity comes from DCGM (--backend dcgm, or auto where DCGM
                    "pre-Hopper GPUs read through NVML alone have none, and neither do their MIG instances; "
                    "gpushare_exporter_source_available says whether DCGM delivers.")
 NO_ACTIVITY = "no activity source (pre-Hopper GPU without DCGM?)"
+# What an empty panel means (Panel.no_value), so that "No data" never has to be guessed at.
+NO_GPU = "no GPU in the selection"
+NO_EXPORTER = "no exporter in the selection"
+NO_MIG = "no MIG instance"
+NO_MPS = "no MPS server"
+NO_PROCESS = "no process on the GPU"
+NO_FORECAST = "no forecast yet: workloads still being learned"
+NO_POD = "no Kubernetes pods (namespaces come from pod attribution)"
+NO_SIMULATION = "not a simulation"
+# The exporter's exhaustion ETA is a straight line through the last 5 minutes of used memory. A job
+# loading its model grows fast for a minute and stops, so the line "reaches full" in seconds on GPUs
+# where the learned curves say nothing collides: it is shown neutral, never red, next to the forecast.
+TREND_TITLE = "Linear trend reaches full in"
+TREND_DESCRIPTION = ("Where a straight line through the last 5 minutes of used memory reaches the device's size; "
+                     "absent while memory is not growing. It ignores the learned workload curves: a job loading "
+                     "its model grows fast for a minute and then stops, so short values here are normal and are "
+                     "not a prediction of an out-of-memory. The out-of-memory forecast is \"Peaks collide in\" and "
+                     "the headroom at the expected peak; this is for leaks and for workloads with no forecast.")
+
+
+def new_in(counter: str, window: str) -> str:
+    """How much ``counter`` (a selector) grew over ``window``, counting a series born inside it.
+
+    increase() needs two samples and measures from the first, so a counter series that appears
+    already at its first increment (an NVML error, a namespace's first poll) is missed, often
+    entirely (an error that happens once stays at 1). A series that did not exist ``window``
+    ago is taken at its value instead: all of it is new (the XID recording rule does the same).
+    """
+    return f"((increase({counter}[{window}]) and {counter} offset {window}) or ({counter} unless {counter} offset {window}))"
 
 
 def busy_ratio(scope: str = SELECTED) -> str:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dashboards.common import (
-    ACTIVITY_SOURCE, EXPORTER, FLEET_VARIABLES, GPU_LEGEND, LINKS, MIG_LEGEND, NO_ACTIVITY, GiB, busy_ratio,
-    on_shared_gpus, sel, usable_gpu_memory, with_gpu_identity,
+    ACTIVITY_SOURCE, EXPORTER, FLEET_VARIABLES, GPU_LEGEND, LINKS, MIG_LEGEND, NO_ACTIVITY, NO_EXPORTER, NO_FORECAST,
+    NO_GPU, NO_MIG, NO_MPS, NO_POD, TREND_DESCRIPTION, TREND_TITLE, GiB, busy_ratio, new_in, on_shared_gpus, sel,
+    usable_gpu_memory, with_gpu_identity,
 )
 from dashboards.grafana import Column, Dashboard, Panel, Query, Row
 
@@ -13,25 +14,26 @@ FORECAST = " (forecast: needs the exporter's learned workload profiles)"
 
 inventory = Row("Fleet: what GPUs are there and how is each one shared?", (
     Panel("GPUs", "stat", "short", (Query(f"count({sel('gpushare_gpu_info')})"),), width=3, height=4,
-          description="Physical GPUs the selected exporters report."),
+          no_value=NO_GPU, description="Physical GPUs the selected exporters report."),
     Panel("GPUs lost", "stat", "short", (Query(f"sum(1 - {sel('gpushare_gpu_up')})"),), width=3, height=4,
-          thresholds=((1, "red"),),
+          thresholds=((1, "red"),), no_value=NO_GPU,
           description="GPUs that could not be read this poll (lost, or slower than --gpu-timeout)."),
     Panel("MIG instances", "stat", "short",
           (Query(f"count(count by (job, instance, uuid, gi) ({sel('gpushare_mig_info')}))"),), width=3, height=4,
-          description="MIG GPU instances (compute instances of one GPU instance count once)."),
+          no_value=NO_MIG, description="MIG GPU instances (compute instances of one GPU instance count once)."),
     Panel("Processes", "stat", "short", (Query(f"count({sel('gpushare_process_memory_used_bytes')})"),),
-          width=3, height=4, description="Processes holding a GPU context (MPS servers and clients included)."),
+          width=3, height=4, no_value="no process holds a GPU",
+          description="Processes holding a GPU context (MPS servers and clients included)."),
     Panel("MPS clients", "stat", "short", (Query(f"sum({sel('gpushare_mps_clients')})"),), width=3, height=4,
-          description="Client processes of all MPS servers."),
+          no_value=NO_MPS, description="Client processes of all MPS servers."),
     Panel("Exporters", "stat", "short", (Query(f"count({sel('gpushare_exporter_build_info', scope=EXPORTER)})"),),
-          width=3, height=4, description="Exporters reporting in the selection."),
+          width=3, height=4, no_value=NO_EXPORTER, description="Exporters reporting in the selection."),
     Panel("Alerts firing", "stat", "short",
           (Query(f"count by (severity) ({FIRING})", "{{severity}}"),),
           width=6, height=4, thresholds=((1, "orange"),), no_value="0",
           description="Firing gpushare alerts by severity (load alerts/*.yml into Prometheus)."),
     Panel("GPUs by sharing mode", "piechart", "short",
-          (Query(f"count by (sharing) ({sel('gpushare_gpu_info')})", "{{sharing}}"),), width=8,
+          (Query(f"count by (sharing) ({sel('gpushare_gpu_info')})", "{{sharing}}"),), width=8, no_value=NO_GPU,
           description="exclusive: one process; time_slicing: several without MPS; mps; mig; mig+mps; idle."),
     Panel("GPUs now", "table", "bytes", (
         Query(with_gpu_identity(sel("gpushare_gpu_memory_used_bytes"))),
@@ -40,7 +42,7 @@ inventory = Row("Fleet: what GPUs are there and how is each one shared?", (
         Query(with_gpu_identity(sel("gpushare_gpu_power_watts"))),
     ), columns=(Column("Memory used", "bytes"), Column("Memory total", "bytes"),
                 Column("SM active (or kernel time)", "percentunit"), Column("Power", "watt")),
-        hide=("job", "uuid"), width=16,
+        hide=("job", "uuid"), width=16, no_value=NO_GPU,
         description="One row per GPU: identity, sharing mode, memory, SM activity and power now. Without an "
                     "activity source the busy column is the driver's kernel time (empty for MIG GPUs). "
                     + ACTIVITY_SOURCE),
@@ -58,6 +60,7 @@ activity = Row("Utilisation: how busy are the GPUs?", (
                     + ACTIVITY_SOURCE),
     Panel("Kernel time by GPU (driver utilization)", "timeseries", "percentunit",
           (Query(sel("gpushare_gpu_utilization_ratio"), GPU_LEGEND),), minimum=0, maximum=1,
+          no_value="no GPU outside MIG mode (NVML has no utilization under MIG)",
           description="Fraction of the sample period in which a kernel ran. NVML has no value for MIG-enabled GPUs."),
     Panel("Average SM active by sharing mode", "bargauge", "percentunit",
           (Query(f"avg by (sharing) ({with_gpu_identity(busy_ratio())})", "{{sharing}}"),),
@@ -66,36 +69,35 @@ activity = Row("Utilisation: how busy are the GPUs?", (
                       "without an activity source count with their kernel time; MIG GPUs without one are left out. "
                       + ACTIVITY_SOURCE),
     Panel("Power by GPU", "timeseries", "watt", (Query(sel("gpushare_gpu_power_watts"), GPU_LEGEND),),
-          minimum=0, description="Board power draw."),
+          minimum=0, no_value=NO_GPU, description="Board power draw."),
 ))
 
 memory = Row("Memory headroom: how much is left now, and at the expected peak?", (
     Panel("Memory used of usable, by GPU", "bargauge", "percentunit",
           (Query(f"{sel('gpushare_gpu_memory_used_bytes')} / {usable_gpu_memory()}", GPU_LEGEND),),
-          minimum=0, maximum=1, thresholds=((0.8, "orange"), (0.95, "red")),
+          minimum=0, maximum=1, thresholds=((0.8, "orange"), (0.95, "red")), no_value=NO_GPU,
           description="Used / (total - reserved). On a MIG GPU this is the sum over its instances."),
     Panel("Memory used of instance, by MIG instance", "bargauge", "percentunit",
           (Query(f"{sel('gpushare_mig_memory_used_bytes')} / {sel('gpushare_mig_memory_total_bytes')}",
                  MIG_LEGEND),),
-          minimum=0, maximum=1, thresholds=((0.8, "orange"), (0.95, "red")),
+          minimum=0, maximum=1, thresholds=((0.8, "orange"), (0.95, "red")), no_value=NO_MIG,
           description="Each MIG instance has its own memory: one instance can run out while the GPU has room."),
     Panel("Free memory by GPU", "timeseries", "bytes", (Query(sel("gpushare_gpu_memory_free_bytes"), GPU_LEGEND),),
-          minimum=0, description="Framebuffer memory free."),
+          minimum=0, no_value=NO_GPU, description="Framebuffer memory free."),
     Panel("Headroom at the expected peak, shared GPUs", "bargauge", "bytes",
           (Query(on_shared_gpus(sel("gpushare_gpu_memory_headroom_bytes")), GPU_LEGEND),),
           thresholds=((0, "orange"), (4 * GiB, "green")), base_color="red",
+          no_value="no GPU shared by MPS or time-slicing, or " + NO_FORECAST,
           description="Usable memory minus the time-aware peak demand of the processes on the GPU; negative means "
                       "an out-of-memory is predicted" + FORECAST + "."),
     Panel("Headroom at the expected peak, MIG instances", "bargauge", "bytes",
           (Query(sel("gpushare_mig_memory_headroom_bytes"), MIG_LEGEND),),
-          thresholds=((0, "orange"), (GiB, "green")), base_color="red",
+          thresholds=((0, "orange"), (GiB, "green")), base_color="red", no_value=NO_MIG + ", or " + NO_FORECAST,
           description="As on the left, per MIG instance" + FORECAST + "."),
-    Panel("Memory full at the current trend in", "stat", "s", (
+    Panel(TREND_TITLE, "stat", "s", (
         Query(sel("gpushare_gpu_memory_exhaustion_eta_seconds"), GPU_LEGEND),
         Query(sel("gpushare_mig_memory_exhaustion_eta_seconds"), MIG_LEGEND),
-    ), width=24, height=4, thresholds=((3600, "orange"), (4 * 3600, "green")), base_color="red",
-        no_value="not filling up",
-        description="Linear trend of used memory over the last 5 minutes; absent while memory is not growing."),
+    ), width=24, height=4, base_color="blue", no_value="not filling up", description=TREND_DESCRIPTION),
 ))
 
 
@@ -109,24 +111,24 @@ NAMESPACE_RATE = "rate({}[$__rate_interval])"
 namespaces = Row("GPU use by namespace: who uses the shared GPUs, and how much?", (
     Panel("SM time by namespace", "timeseries", "short",
           (Query(by_namespace(NAMESPACE_RATE.format(sel("gpushare_namespace_sm_seconds_total"))), "{{namespace}}"),),
-          minimum=0, width=8,
+          minimum=0, width=8, no_value=NO_POD,
           description="GPUs' worth of SM time each namespace's pods use (1 = every SM of one GPU busy). Split from "
                       "per-process samples, never the device's value copied; (unattributed): host processes and "
                       "shares that cannot be split. Kubernetes only."),
     Panel("Memory held by namespace", "timeseries", "bytes",
           (Query(by_namespace(NAMESPACE_RATE.format(sel("gpushare_namespace_memory_byte_seconds_total"))),
                  "{{namespace}}"),),
-          minimum=0, width=8,
+          minimum=0, width=8, no_value=NO_POD,
           description="Average device memory held by each namespace's pods (byte-seconds per second)."),
     Panel("Energy by namespace", "timeseries", "watt",
           (Query(by_namespace(NAMESPACE_RATE.format(sel("gpushare_namespace_energy_joules_total"))),
                  "{{namespace}}"),),
-          minimum=0, width=8,
+          minimum=0, width=8, no_value=NO_POD,
           description="GPU power booked to each namespace by its SM share; (unattributed) includes idle power."),
     Panel("Use by namespace over the time range", "table", "s", (
-        Query(by_namespace(f"increase({sel('gpushare_namespace_sm_seconds_total')}[$__range])"), instant=True),
-        Query(by_namespace(f"increase({sel('gpushare_namespace_energy_joules_total')}[$__range])"), instant=True),
-    ), columns=(Column("SM time", "s"), Column("Energy", "joule")), width=24,
+        Query(by_namespace(new_in(sel("gpushare_namespace_sm_seconds_total"), "$__range")), instant=True),
+        Query(by_namespace(new_in(sel("gpushare_namespace_energy_joules_total"), "$__range")), instant=True),
+    ), columns=(Column("SM time", "s"), Column("Energy", "joule")), width=24, no_value=NO_POD,
         description="What to bill a shared GPU by: SM-seconds and estimated joules per namespace over the selected "
                     "time range (recording rules namespace:gpushare_*:rate5m in alerts/gpushare-recording.yml)."),
 ))
@@ -139,32 +141,35 @@ alerts = Row("Alerts: what is firing or about to fire?", (
 
 exporters = Row("Exporters: are they up and current?", (
     Panel("Scrape up", "bargauge", "none", (Query(sel("up", scope=EXPORTER), "{{instance}}"),),
-          minimum=0, maximum=1, thresholds=((1, "green"),), base_color="red", width=6,
+          minimum=0, maximum=1, thresholds=((1, "green"),), base_color="red", width=6, no_value=NO_EXPORTER,
           description="1 when Prometheus scraped the exporter last time."),
     Panel("Age of the last successful poll", "bargauge", "s",
           (Query(f"time() - {sel('gpushare_exporter_last_poll_timestamp_seconds', scope=EXPORTER)}",
                  "{{instance}}"),),
-          minimum=0, thresholds=((60, "orange"), (120, "red")), width=6,
+          minimum=0, thresholds=((60, "orange"), (120, "red")), width=6, no_value=NO_EXPORTER,
           description="The exporter keeps serving its last poll; old means a stuck poller (GpushareExporterStale)."),
     Panel("Collector success", "timeseries", "none",
           (Query(sel("gpushare_exporter_collector_success", scope=EXPORTER), "{{instance}} {{collector}}"),),
-          minimum=0, maximum=1, width=6,
+          minimum=0, maximum=1, width=6, no_value=NO_EXPORTER,
           description="1 when the collector ran and its data was read this poll."),
-    Panel("Failed NVML calls", "timeseries", "cps",
-          (Query(f"sum by (instance, call, error) (rate({sel('gpushare_exporter_poll_errors_total', scope=EXPORTER)}"
-                 f"[$__rate_interval]))", "{{instance}} {{call}} {{error}}"),),
-          minimum=0, width=6,
-          description="Driver calls that failed, per second, by call and error class (NotSupported excluded)."),
+    Panel("Failed NVML calls", "timeseries", "short",
+          (Query(f"sum by (instance, call, error) "
+                 f"({new_in(sel('gpushare_exporter_poll_errors_total', scope=EXPORTER), '$__rate_interval')})",
+                 "{{instance}} {{call}} {{error}}"),),
+          minimum=0, width=6, no_value="no failed NVML call",
+          description="Driver calls that failed in each interval ($__rate_interval), by call and error class "
+                      "(NotSupported excluded). A call and error series appears at its first failure, so it is "
+                      "counted from its birth: a single failure shows as 1, where rate() would show nothing."),
     Panel("Data sources", "bargauge", "none",
           (Query(sel("gpushare_exporter_source_available", scope=EXPORTER), "{{instance}} {{source}}"),),
           minimum=0, maximum=1, thresholds=((1, "green"),), base_color="red", width=12, height=6,
-          description="1 while a source delivers: nvml (the driver), dcgm (DCGM's host engine: device fields), "
+          no_value=NO_EXPORTER, description="1 while a source delivers: nvml (the driver), dcgm (DCGM's host engine: device fields), "
                       "dcgm_profiling (pipe activity). 0 says why on the exporter's landing page and in its log: host "
                       "engine away, profiling counters held by Nsight/CUPTI (-37), profiling package missing (-33), "
                       "root needed under MIG (-29), DCGM version mismatch. The rest is served from NVML meanwhile."),
     Panel("Poll duration", "timeseries", "s",
           (Query(sel("gpushare_exporter_poll_duration_seconds", scope=EXPORTER), "{{instance}}"),),
-          minimum=0, width=12, height=6, description="Wall time of the latest poll of all GPUs."),
+          minimum=0, width=12, height=6, no_value=NO_EXPORTER, description="Wall time of the latest poll of all GPUs."),
 ))
 
 DASHBOARD = Dashboard(

@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 from dashboards.common import (
-    ACTIVITY_SOURCE, LINKS, MIG_LEGEND, NO_ACTIVITY, ONE_GPU_VARIABLES, GiB, sel, usable_gpu_memory,
+    ACTIVITY_SOURCE, LINKS, MIG_LEGEND, NO_ACTIVITY, NO_FORECAST, NO_GPU, NO_MPS, NO_PROCESS,
+    ONE_GPU_VARIABLES, TREND_DESCRIPTION, TREND_TITLE, GiB, sel, usable_gpu_memory,
 )
 from dashboards.grafana import Column, Dashboard, Panel, Query, Row
 
+NO_MIG_HERE = "not in MIG mode"
+NO_UTILIZATION = "none under MIG (NVML has no utilization for a MIG-enabled GPU)"
 PIPES = ("sm", "tensor", "fp64", "fp32", "fp16", "dram", "graphics")
 PROC = "GI {{gi}} {{process}} ({{pid}}{{namespace}}/{{pod}}/{{container}}{{replica}})"
 
 identity = Row("Identity: which GPU is this, how is it shared, is it readable?", (
     Panel("GPU", "table", "none", (Query(sel("gpushare_gpu_info")),), width=15, height=4,
           hide=("job", "instance", "Value"),
-          description="Name, UUID, PCI bus, driver, MIG mode, compute mode and sharing mode."),
+          no_value=NO_GPU, description="Name, UUID, PCI bus, driver, MIG mode, compute mode and sharing mode."),
     Panel("Readable", "stat", "none", (Query(sel("gpushare_gpu_up")),), width=3, height=4,
-          thresholds=((1, "green"),), base_color="red", description="1: read this poll; 0: lost or timed out."),
+          thresholds=((1, "green"),), base_color="red", no_value=NO_GPU, description="1: read this poll; 0: lost or timed out."),
     Panel("Temperature", "stat", "celsius", (Query(sel("gpushare_gpu_temperature_celsius")),), width=3, height=4,
-          thresholds=((80, "orange"), (87, "red")), description="GPU core temperature."),
+          thresholds=((80, "orange"), (87, "red")), no_value=NO_GPU, description="GPU core temperature."),
     Panel("Power", "stat", "watt", (Query(sel("gpushare_gpu_power_watts")),), width=3, height=4,
-          description="Board power draw."),
+          no_value=NO_GPU, description="Board power draw."),
 ))
 
 memory = Row("Memory: how is it used, and will the expected peak fit?", (
@@ -28,24 +31,22 @@ memory = Row("Memory: how is it used, and will the expected peak fit?", (
         Query(sel("gpushare_gpu_memory_free_bytes"), "free"),
         Query(sel("gpushare_gpu_memory_reserved_bytes"), "reserved by the driver"),
         Query(sel("gpushare_gpu_memory_total_bytes"), "total"),
-    ), minimum=0, description="Framebuffer memory of the physical GPU (MIG instances included)."),
+    ), minimum=0, no_value=NO_GPU, description="Framebuffer memory of the physical GPU (MIG instances included)."),
     Panel("Expected peak demand vs usable memory", "timeseries", "bytes", (
         Query(sel("gpushare_gpu_memory_peak_demand_bytes"), "expected peak demand"),
         Query(sel("gpushare_gpu_memory_expected_peak_sum_bytes"), "sum of expected peaks"),
         Query(usable_gpu_memory(), "usable"),
     ), minimum=0,
-        description="Forecast from learned workload profiles (GPUs outside MIG mode): demand above usable means an "
+        no_value=NO_MIG_HERE + " (the forecast is per MIG instance), or " + NO_FORECAST, description="Forecast from learned workload profiles (GPUs outside MIG mode): demand above usable means an "
                     "out-of-memory is coming."),
     Panel("Headroom at the expected peak", "stat", "bytes", (Query(sel("gpushare_gpu_memory_headroom_bytes")),),
           width=8, height=4, thresholds=((0, "orange"), (4 * GiB, "green")), base_color="red",
-          description="Usable memory minus expected peak demand (forecast)."),
+          no_value=NO_MIG_HERE + " (the forecast is per MIG instance), or " + NO_FORECAST, description="Usable memory minus expected peak demand (forecast)."),
     Panel("Predicted out-of-memory in", "stat", "s", (Query(sel("gpushare_gpu_memory_contention_eta_seconds")),),
           width=8, height=4, base_color="red", no_value="none predicted",
           description="When the expected demand first exceeds usable memory (forecast; absent when it fits)."),
-    Panel("Memory full at the current trend in", "stat", "s",
-          (Query(sel("gpushare_gpu_memory_exhaustion_eta_seconds")),), width=8, height=4,
-          thresholds=((3600, "orange"), (4 * 3600, "green")), base_color="red", no_value="not filling up",
-          description="Linear trend of the last 5 minutes; absent while memory is not growing."),
+    Panel(TREND_TITLE, "stat", "s", (Query(sel("gpushare_gpu_memory_exhaustion_eta_seconds")),), width=8, height=4,
+          base_color="blue", no_value="not filling up", description=TREND_DESCRIPTION),
 ))
 
 mig = Row("MIG: which instances does it have, and how full and busy is each?", (
@@ -57,14 +58,14 @@ mig = Row("MIG: which instances does it have, and how full and busy is each?", (
     ), columns=(Column("Used", "bytes"), Column("Size", "bytes"), Column("SM active", "percentunit"),
                 Column("Headroom at expected peak", "bytes")),
         hide=("job", "instance", "uuid"),
-        description="One row per GPU instance (forecast column: learned profiles; SM active column: needs an "
+        no_value=NO_MIG_HERE, description="One row per GPU instance (forecast column: learned profiles; SM active column: needs an "
                     "activity source, DCGM on pre-Hopper GPUs)."),
     Panel("MIG devices and placement", "table", "none", (Query(sel("gpushare_mig_info")),),
           hide=("job", "instance", "uuid", "Value"),
-          description="One row per compute instance: placement (memory slices), SMs, MIG device UUID."),
+          no_value=NO_MIG_HERE, description="One row per compute instance: placement (memory slices), SMs, MIG device UUID."),
     Panel("Memory used by MIG instance", "timeseries", "bytes",
           (Query(sel("gpushare_mig_memory_used_bytes"), "GI {{gi}} ({{profile}})"),), minimum=0, width=24,
-          description="Each instance has its own memory."),
+          no_value=NO_MIG_HERE, description="Each instance has its own memory."),
 ))
 
 processes = Row("Processes: who holds memory and compute on it?", (
@@ -72,27 +73,27 @@ processes = Row("Processes: who holds memory and compute on it?", (
         Query(sel("gpushare_process_memory_used_bytes")),
         Query(sel("gpushare_process_sm_utilization_ratio")),
     ), columns=(Column("Memory", "bytes"), Column("SM time", "percentunit")), hide=("job", "instance", "uuid"),
-        description="SM time is absent under MIG, where NVML has no per-process utilization."),
+        no_value=NO_PROCESS, description="SM time is absent under MIG, where NVML has no per-process utilization."),
     Panel("Memory by process", "timeseries", "bytes",
           (Query(sel("gpushare_process_memory_used_bytes"), PROC),), minimum=0, stack=True,
-          description="Stacked: the top is what processes hold together."),
+          no_value=NO_PROCESS, description="Stacked: the top is what processes hold together."),
     Panel("Expected peak by process", "table", "bytes",
           (Query(sel("gpushare_process_memory_expected_peak_bytes")),),
           columns=(Column("Expected peak", "bytes"),), hide=("job", "instance", "uuid"), width=24, height=6,
-          description="Learned peak of each process's workload, at least its current use (forecast)."),
+          no_value=NO_PROCESS + ", or " + NO_FORECAST, description="Learned peak of each process's workload, at least its current use (forecast)."),
 ))
 
 mps = Row("MPS: is there a server, and how are its clients limited?", (
     Panel("MPS servers", "table", "none", (Query(sel("gpushare_mps_server_info")),), width=8,
-          hide=("job", "instance", "uuid", "Value"), description="nvidia-cuda-mps-server processes (gi: instance)."),
+          hide=("job", "instance", "uuid", "Value"), no_value=NO_MPS, description="nvidia-cuda-mps-server processes (gi: instance)."),
     Panel("MPS clients", "timeseries", "short", (Query(sel("gpushare_mps_clients"), "GI {{gi}}"),),
-          minimum=0, width=8, description="Client processes per MPS server."),
+          minimum=0, width=8, no_value=NO_MPS, description="Client processes per MPS server."),
     Panel("MPS client limits", "table", "bytes", (
         Query(sel("gpushare_mps_client_memory_limit_bytes")),
         Query(sel("gpushare_mps_client_active_thread_ratio")),
     ), columns=(Column("Pinned memory limit", "bytes"), Column("SM share", "percentunit")),
         hide=("job", "instance", "uuid"), width=8,
-        description="CUDA_MPS_PINNED_DEVICE_MEM_LIMIT and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE from each client."),
+        no_value="no MPS client with CUDA_MPS_PINNED_DEVICE_MEM_LIMIT or CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", description="CUDA_MPS_PINNED_DEVICE_MEM_LIMIT and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE from each client."),
 ))
 
 pipes = Row("Activity: which engines are busy?", (
@@ -105,7 +106,7 @@ pipes = Row("Activity: which engines are busy?", (
     Panel("Driver utilization", "timeseries", "percentunit", (
         Query(sel("gpushare_gpu_utilization_ratio"), "kernel time"),
         Query(sel("gpushare_gpu_memory_utilization_ratio"), "memory read/write time"),
-    ), minimum=0, maximum=1, description="nvmlDeviceGetUtilizationRates; absent on MIG-enabled GPUs."),
+    ), minimum=0, maximum=1, no_value=NO_UTILIZATION, description="nvmlDeviceGetUtilizationRates; absent on MIG-enabled GPUs."),
     Panel("Activity by MIG instance: SM active", "timeseries", "percentunit",
           (Query(sel("gpushare_mig_sm_active_ratio"), MIG_LEGEND),), minimum=0, maximum=1, width=24,
           no_value=NO_ACTIVITY,
@@ -118,22 +119,22 @@ power = Row("Power, thermal and clocks: is it throttled?", (
         Query(sel("gpushare_gpu_power_watts"), "draw"),
         Query(sel("gpushare_gpu_power_limit_watts"), "enforced limit"),
         Query(f"rate({sel('gpushare_gpu_energy_joules_total')}[$__rate_interval])", "from the energy counter"),
-    ), minimum=0, description="Draw, limit, and the average power the energy counter gives."),
+    ), minimum=0, no_value=NO_GPU, description="Draw, limit, and the average power the energy counter gives."),
     Panel("Temperature", "timeseries", "celsius", (Query(sel("gpushare_gpu_temperature_celsius"), "core"),),
-          thresholds=((80, "orange"), (87, "red")), description="GPU core temperature."),
+          thresholds=((80, "orange"), (87, "red")), no_value=NO_GPU, description="GPU core temperature."),
     Panel("Clocks", "timeseries", "hertz", (Query(sel("gpushare_gpu_clock_hertz"), "{{clock}}"),), minimum=0,
-          description="Current clock by domain."),
+          no_value=NO_GPU, description="Current clock by domain."),
     Panel("Clock event reasons", "timeseries", "bool_on_off",
           (Query(sel("gpushare_gpu_clock_event_active"), "{{reason}}"),), minimum=0, maximum=1,
-          description="Throttle reasons active (1) or not; thermal and hardware slowdowns have alerts."),
+          no_value="clock event reasons not readable", description="Throttle reasons active (1) or not; thermal and hardware slowdowns have alerts."),
 ))
 
 errors = Row("Errors: has it reported ECC or XID errors?", (
     Panel("ECC errors (volatile)", "timeseries", "short",
           (Query(sel("gpushare_gpu_ecc_errors_total"), "{{type}}"),), minimum=0,
-          description="Counts since the driver was loaded; any uncorrected error is critical."),
+          no_value="no ECC counters (ECC off or not supported)", description="Counts since the driver was loaded; any uncorrected error is critical."),
     Panel("XID errors", "timeseries", "short", (Query(sel("gpushare_gpu_xid_errors_total"), "XID {{xid}}"),),
-          minimum=0, description="Counts since the exporter started; a series appears with its first XID."),
+          minimum=0, no_value="no XID since the exporter started", description="Counts since the exporter started; a series appears with its first XID."),
 ))
 
 DASHBOARD = Dashboard(

@@ -25,13 +25,39 @@ KEYWORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_lef
 PROMETHEUS_SERIES = {"up", "ALERTS", "ALERTS_FOR_STATE", "scrape_duration_seconds", "scrape_samples_scraped",
                      "scrape_samples_post_metric_relabeling", "scrape_series_added"}
 COUNTER_FUNCTIONS = ("rate", "irate", "increase", "resets")
+# Counters the exporter creates only when they first count (no series at 0 before), each with why.
+# increase() alone misses their first value, and rate() cannot see it at all: a panel has to take
+# a series born in the window at its value (dashboards.common.new_in).
+LAZY_COUNTERS = {
+    "gpushare_exporter_poll_errors_total": "a (call, error) series appears at its first failure, at 1",
+    "gpushare_gpu_xid_errors_total": "an XID series appears at its first occurrence, at 1",
+    "gpushare_exporter_http_responses_total": "a code series appears with its first response",
+    "gpushare_namespace_sm_seconds_total": "a namespace appears with its first poll's SM-seconds",
+    "gpushare_namespace_memory_byte_seconds_total": "a namespace appears with its first poll's byte-seconds",
+    "gpushare_namespace_energy_joules_total": "a namespace appears with its first poll's joules",
+    "gpushare_pod_sm_seconds_total": "a pod appears with its first poll's SM-seconds",
+    "gpushare_pod_memory_byte_seconds_total": "a pod appears with its first poll's byte-seconds",
+    "gpushare_pod_energy_joules_total": "a pod appears with its first poll's joules",
+}
+# Counters that exist from their device's first poll (at 0, or at a driver total since boot), so
+# rate() and increase() see every increment; a counter in neither set fails the dashboard tests.
+EAGER_COUNTERS = {
+    "gpushare_gpu_energy_joules_total": "read from the driver: since driver load, present every poll",
+    "gpushare_gpu_ecc_errors_total": "read from the driver every poll, 0 when none",
+    "gpushare_simulation_oom_kills_total": "every simulated device starts at 0",
+    "gpushare_exporter_polls_total": "counts every poll from the first",
+    "gpushare_exporter_http_rejected_total": "every reason is exported from the start, at 0",
+}
+# Counters summed over time where missing one poll at a series' birth is a bounded, documented
+# error: rate() of them (a per-second average) is accepted; increase() must still count the birth.
+INTEGRAL_COUNTERS = {name for name in LAZY_COUNTERS if name.startswith(("gpushare_namespace_", "gpushare_pod_"))}
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
 _BRACES = re.compile(r"\{[^{}]*\}")
 _BRACKETS = re.compile(r"\[[^\[\]]*\]")
 _LABEL_LIST = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)")
 _IDENT = re.compile(r"(?<![\w.:])([A-Za-z_:][\w:]*)(\s*\()?")
-_OFFSET = re.compile(r"\boffset\s+-?[\w.]+")
+_OFFSET = re.compile(r"\boffset\s+-?\$?[\w.]+")  # 15m, or a Grafana variable ($__range)
 
 
 @dataclass(frozen=True)
@@ -78,6 +104,36 @@ def counter_arguments(expr: str) -> list[str]:
             i += 1
         out += metric_names(text[match.end():i - 1])
     return out
+
+
+def counter_calls(expr: str) -> list[tuple[str, str]]:
+    """(function, metric name) for each rate(), irate(), increase() or resets() argument in ``expr``."""
+    out = []
+    text = _STRING.sub('""', expr)
+    for match in re.finditer(rf"\b({'|'.join(COUNTER_FUNCTIONS)})\s*\(", text):
+        depth, i = 1, match.end()
+        while depth and i < len(text):
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        out += [(match.group(1), name) for name in metric_names(text[match.end():i - 1])]
+    return out
+
+
+def missed_first_values(expr: str) -> list[str]:
+    """Lazily created counters ``expr`` rates or increases without counting a series born in the window.
+
+    The term that counts it is ``<counter> unless <counter> offset <window>`` (dashboards.common.new_in).
+    """
+    text = _BRACES.sub("", _STRING.sub('""', expr))
+    # "x unless x offset w", or "x > 0 unless x offset w" as the XID recording rule writes it.
+    born = set(re.findall(r"([A-Za-z_:][\w:]*)(?:\s*[<>!=]=?\s*[\d.]+)?\s+unless\s+\1\s+offset\b", text))
+    missed = []
+    for function, name in counter_calls(expr):
+        if name not in LAZY_COUNTERS or (function == "rate" and name in INTEGRAL_COUNTERS):
+            continue
+        if name not in born and name not in missed:
+            missed.append(name)
+    return missed
 
 
 def expected_units(expr: str) -> set[str]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dashboards.common import ACTIVITY_SOURCE, FLEET_VARIABLES, LINKS, MIG_LEGEND, NO_ACTIVITY, GiB, sel
+from dashboards.common import (
+    ACTIVITY_SOURCE, FLEET_VARIABLES, LINKS, MIG_LEGEND, NO_ACTIVITY, NO_FORECAST, NO_MIG, TREND_TITLE, GiB, sel,
+)
 from dashboards.grafana import Column, Dashboard, Panel, Query, Row
 
 PIPES = (("sm_occupancy", "SM occupancy"), ("tensor_active", "Tensor pipes active"),
@@ -19,39 +21,42 @@ def _ratio_of_size(expr: str) -> str:
 
 layout = Row("Layout: which MIG instances exist, with which profiles?", (
     Panel("GPU instances", "stat", "short", (Query(f"count({INSTANCES})"),), width=4, height=6,
-          description="MIG GPU instances in the selection."),
+          no_value=NO_MIG, description="MIG GPU instances in the selection."),
     Panel("GPU instances by profile", "piechart", "short",
           (Query(f"count by (profile) ({INSTANCES})", "{{profile}}"),), width=6, height=6,
-          description="How the selection is partitioned."),
+          no_value=NO_MIG, description="How the selection is partitioned."),
     Panel("MIG devices", "table", "none", (Query(sel("gpushare_mig_info")),), width=14, height=6,
           hide=("job", "uuid", "Value"),
-          description="One row per compute instance: profile, placement (first slice, slices), SMs, MIG UUID."),
+          no_value=NO_MIG, description="One row per compute instance: profile, placement (first slice, slices), SMs, MIG UUID."),
 ))
 
 memory = Row("Memory: how full is each instance, now and at its expected peak?", (
     Panel("Memory used of instance", "bargauge", "percentunit",
           (Query(_ratio_of_size(sel("gpushare_mig_memory_used_bytes")), MIG_LEGEND),),
           minimum=0, maximum=1, thresholds=((0.8, "orange"), (0.95, "red")),
-          description="Used / instance memory. Processes in an instance cannot use another instance's memory."),
+          no_value=NO_MIG, description="Used / instance memory. Processes in an instance cannot use another instance's memory."),
     Panel("Memory used by instance", "timeseries", "bytes",
           (Query(sel("gpushare_mig_memory_used_bytes"), MIG_LEGEND),), minimum=0,
-          description="Memory allocated in each GPU instance."),
+          no_value=NO_MIG, description="Memory allocated in each GPU instance."),
     Panel("Headroom at the expected peak", "bargauge", "bytes",
           (Query(sel("gpushare_mig_memory_headroom_bytes"), MIG_LEGEND),),
           thresholds=((0, "orange"), (GiB, "green")), base_color="red",
-          description="Instance memory minus the time-aware peak demand of its processes (forecast from learned "
+          no_value=NO_MIG + ", or " + NO_FORECAST, description="Instance memory minus the time-aware peak demand of its processes (forecast from learned "
                       "workload profiles); negative means an out-of-memory is predicted."),
     Panel("Expected peak demand vs instance size", "timeseries", "bytes", (
         Query(sel("gpushare_mig_memory_peak_demand_bytes"), "{{gpu}}/{{gi}} expected peak demand"),
         Query(sel("gpushare_mig_memory_total_bytes"), "{{gpu}}/{{gi}} size"),
-    ), minimum=0, description="Forecast demand against the instance's memory; legend: GPU/GI."),
+    ), minimum=0, no_value=NO_MIG + ", or " + NO_FORECAST, description="Forecast demand against the instance's memory; legend: GPU/GI."),
     Panel("Out-of-memory predicted in", "table", "s", (
         Query(sel("gpushare_mig_memory_contention_eta_seconds")),
         Query(sel("gpushare_mig_memory_exhaustion_eta_seconds")),
-    ), columns=(Column("Peaks collide in", "s"), Column("Full at current trend in", "s")),
-        hide=("job", "uuid"), width=24, height=5, no_value="nothing predicted",
-        description="Forecast: when the expected demand exceeds the instance, and when the recent linear trend "
-                    "fills it. Absent when nothing is predicted."),
+    ), columns=(Column("Peaks collide in", "s"), Column(TREND_TITLE, "s")),
+        hide=("job", "uuid"), width=24, height=5, no_value="nothing predicted and no instance filling up",
+        description="Peaks collide in: when the expected demand (learned workload curves) exceeds the instance, the "
+                    "out-of-memory forecast. " + TREND_TITLE + ": where a straight line through the last 5 minutes "
+                    "of used memory reaches the instance's size; it ignores the learned curves (a job loading its "
+                    "model looks like it fills the instance in seconds), so it is no forecast of an out-of-memory "
+                    "and is left uncoloured. Rows appear only for instances with something predicted."),
 ))
 
 activity = Row("Activity: how busy is each instance?", (
@@ -70,11 +75,11 @@ activity = Row("Activity: how busy is each instance?", (
 capacity = Row("Capacity: what more can still be created?", (
     Panel("Free capacity by profile", "bargauge", "short",
           (Query(f"sum by (profile) ({sel('gpushare_mig_free_capacity')})", "{{profile}}"),), minimum=0,
-          description="More instances of each profile that fit the current layouts, summed over the selection "
+          no_value="no MIG-enabled GPU", description="More instances of each profile that fit the current layouts, summed over the selection "
                       "(alternatives: one 7g or seven 1g, not both)."),
     Panel("Free capacity per GPU", "table", "short", (Query(sel("gpushare_mig_free_capacity")),),
           columns=(Column("Can still create", "short"),), hide=("job", "uuid"),
-          description="Per GPU and profile, from nvmlDeviceGetGpuInstanceRemainingCapacity."),
+          no_value="no MIG-enabled GPU", description="Per GPU and profile, from nvmlDeviceGetGpuInstanceRemainingCapacity."),
 ))
 
 oversized = Row("Sizing: which instances are larger than their work needs?", (
@@ -85,9 +90,11 @@ oversized = Row("Sizing: which instances are larger than their work needs?", (
     ), columns=(Column("Peak memory used", "percentunit", colored=True),
                 Column("Peak expected demand", "percentunit", colored=True),
                 Column("Peak SM active", "percentunit", colored=True)),
-        thresholds=((0.4, "green"),), base_color="orange", hide=("job", "uuid"), width=24,
-        description="Orange below 40 %: with memory and SMs both below 40 % for 6 hours the MigInstanceOversized "
-                    "advice fires, and a profile of half the size would still fit. Expected demand is the forecast. "
+        thresholds=((0.4, "green"), (1, "red")), base_color="orange", hide=("job", "uuid"), width=24,
+        no_value=NO_MIG, description="Orange below 40 %: with memory and SMs both below 40 % for 6 hours the MigInstanceOversized "
+                    "advice fires, and a profile of half the size would still fit. Red from 100 %: the instance "
+                    "was full, or its expected demand (the forecast) exceeded it: contention, a larger profile is "
+                    "needed. "
                     "Peak SM active needs an activity source (empty for A100/A30 without DCGM, and the advice "
                     "cannot fire there). " + ACTIVITY_SOURCE),
 ))

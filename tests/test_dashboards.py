@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboards import generate, lint
+from dashboards import common, generate, lint
 from exporter.collectors import forecast
 from exporter.collectors.base import Spec
 from tests.conftest import REPO, SCENARIOS, require_binary
@@ -114,6 +114,7 @@ def test_lint_reads_metric_names_counters_and_units_out_of_promql():
     assert lint.metric_names(expr) == ["gpushare_gpu_energy_joules_total", "gpushare_gpu_info", "gpushare_gpu_up"]
     assert lint.counter_arguments(expr) == ["gpushare_gpu_energy_joules_total"]
     assert lint.metric_names('label_replace(up, "x", "$1", "instance", "(.*)")') == ["up"]
+    assert lint.metric_names("x_total unless x_total offset $__rate_interval") == ["x_total"]
     assert lint.expected_units("gpushare_gpu_memory_used_bytes / gpushare_gpu_memory_total_bytes") == {"percentunit"}
     assert lint.expected_units("gpushare_gpu_memory_used_bytes") == {"bytes"}
     assert lint.expected_units("rate(gpushare_gpu_energy_joules_total[1m])") == {"watt"}
@@ -161,6 +162,112 @@ def test_rate_and_increase_only_take_counters():
             assert types.get(name) == "counter", (where, name, expr)
             checked += 1
     assert checked > 0  # the dashboards do use counters (energy, NVML errors, OOM kills)
+
+
+def colour_at(panel: dict, value: float) -> str:
+    """The colour Grafana gives ``value`` by the panel's absolute thresholds (a step applies from its value up)."""
+    steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    colour = steps[0]["color"]
+    for step in steps[1:]:
+        if value >= step["value"]:
+            colour = step["color"]
+    return colour
+
+
+def coloured(panel: dict, target: lint.Target) -> bool:
+    """Whether Grafana colours the target's values: stats and bar gauges always, table columns when asked."""
+    if panel["type"] in ("stat", "bargauge"):
+        return True
+    if panel["type"] != "table":
+        return False
+    return any(o["matcher"]["options"] == lint_column(panel, target) and p["id"] == "custom.cellOptions"
+               for o in panel["fieldConfig"]["overrides"] for p in o["properties"])
+
+
+def lint_column(panel: dict, target: lint.Target) -> str:
+    return "Value" if len(panel["targets"]) == 1 else f"Value #{target.ref_id}"
+
+
+def panel_of(target: lint.Target) -> dict:
+    return next(p for p in lint.panels(BOARDS[target.dashboard]) if p["title"] == target.panel)
+
+
+def memory_over_capacity(target: lint.Target) -> bool:
+    """A query dividing device memory (used, expected demand, limits) by a capacity: above 1 is contention."""
+    return target.unit == "percentunit" and "/" in lint.blank(target.expr) and bool(
+        re.match(r"gpushare_\w+_bytes$", (lint.metric_names(target.expr) or [""])[0]))
+
+
+def test_memory_over_capacity_is_red_from_100_percent():
+    """Every ratio of memory to a capacity (peak demand of a MIG instance, used of usable, limits of the GPU...)
+    is shown coloured, and red at and above 1: more than the device has is contention, never green."""
+    checked = []
+    for target in all_targets():
+        if not memory_over_capacity(target):
+            continue
+        panel = panel_of(target)
+        where = (target.dashboard, target.panel, target.ref_id)
+        assert coloured(panel, target), where
+        assert colour_at(panel, 1.0) == "red" and colour_at(panel, 1.12) == "red", where
+        checked.append(where)
+    assert ("gpushare-mig", "Peak use over the time range, as a fraction of the instance", "B") in checked
+    assert len(checked) >= 6
+
+
+def test_linear_trend_is_never_shown_as_an_out_of_memory_warning():
+    """The exhaustion ETA (a straight line through 5 minutes of used memory) is never coloured orange or red and
+    is titled for what it measures, so it cannot contradict "no collision predicted" next to it."""
+    trend = [t for t in all_targets() if any(n.endswith("_memory_exhaustion_eta_seconds")
+                                             for n in lint.metric_names(t.expr))]
+    assert len(trend) >= 6
+    for target in trend:
+        panel = panel_of(target)
+        if coloured(panel, target):
+            colours = {step["color"] for step in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]}
+            assert not colours & {"red", "orange", "dark-red", "semi-dark-red"}, (target.dashboard, target.panel)
+        shown = target.panel
+        if panel["type"] == "table":
+            shown = panel["transformations"][-1]["options"]["renameByName"][lint_column(panel, target)]
+        assert shown == "Linear trend reaches full in", (target.dashboard, target.panel)
+        assert "ignores the learned" in panel["description"], (target.dashboard, target.panel)
+
+
+def test_every_counter_is_classed_as_created_at_zero_or_at_its_first_count():
+    """Each counter the collectors declare is either eager (exists at 0, or a driver total, from the first poll)
+    or lazy (its series appears at its first count): a new counter must be classed before dashboards use it."""
+    counters = {spec.name for spec in collector_specs() if spec.kind == "counter"}
+    assert counters - set(lint.LAZY_COUNTERS) - set(lint.EAGER_COUNTERS) == set()
+    assert set(lint.LAZY_COUNTERS) & set(lint.EAGER_COUNTERS) == set()
+    assert set(lint.LAZY_COUNTERS) | set(lint.EAGER_COUNTERS) <= counters
+
+
+def test_lazy_counters_are_counted_from_their_first_appearance():
+    """No panel or rule rates or increases a lazily created counter (NVML errors, XIDs, namespace accounting)
+    without taking a series born in the window at its value: rate() alone never sees an error that happens once."""
+    exprs = [(f"{t.dashboard}: {t.panel}", t.expr) for t in all_targets()]
+    exprs += [(name, expr) for path in RULE_FILES for name, expr in lint.rule_expressions(path)]
+    assert [(where, lint.missed_first_values(expr)) for where, expr in exprs if lint.missed_first_values(expr)] == []
+    assert any("gpushare_exporter_poll_errors_total" in expr for _, expr in exprs)
+
+
+def test_lint_finds_a_lazy_counter_rated_without_its_first_appearance():
+    """The check itself: rate() or increase() alone is caught, the new_in() form and rate() of an integral pass."""
+    errors = 'gpushare_exporter_poll_errors_total{job=~"$job"}'
+    assert lint.missed_first_values(f"sum(rate({errors}[5m]))") == ["gpushare_exporter_poll_errors_total"]
+    assert lint.missed_first_values(f"increase({errors}[1h])") == ["gpushare_exporter_poll_errors_total"]
+    assert lint.missed_first_values(f"sum by (call) ({common.new_in(errors, '$__rate_interval')})") == []
+    assert lint.missed_first_values("rate(gpushare_namespace_sm_seconds_total[5m])") == []
+    assert lint.missed_first_values("increase(gpushare_namespace_sm_seconds_total[1d])") == [
+        "gpushare_namespace_sm_seconds_total"]
+    assert lint.missed_first_values("rate(gpushare_gpu_energy_joules_total[5m])") == []
+
+
+def test_every_panel_says_why_it_is_empty():
+    """Every panel that queries data has a no-value text, so an empty panel reads "no MPS clients" or "no
+    forecast yet" instead of an unexplained "No data"."""
+    silent = [(uid, p["title"]) for uid, board in BOARDS.items() for p in lint.panels(board)
+              if p["type"] != "text" and not p["fieldConfig"]["defaults"].get("noValue")]
+    assert silent == []
 
 
 # ---------------------------------------------------------------- end to end, on a real Prometheus

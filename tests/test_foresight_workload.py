@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -172,3 +174,57 @@ def test_any_command_line_gives_a_bounded_key_and_label(cmdline):
     key = workload_key(cmdline, "proc", {})
     assert 0 < len(key) <= MAX_KEY_LENGTH
     assert len(workload_label(key)) <= MAX_LABEL_LENGTH
+
+
+EMBED = "python3 embed_server.py --model BAAI/bge-large-en-v1.5 --port 8000 --batch-size 64 --max-length 512"
+
+
+@pytest.mark.parametrize(("key", "kept"), [
+    (normalize_cmdline(EMBED), ("embed_server.py", "BAAI/bge-large-en-v1.5")),
+    (normalize_cmdline(EMBED) + "@79GiB", ("embed_server.py", "bge-large-en-v1.5", "@79GiB")),
+    ("vllm serve meta-llama/Llama-3.1-70B-Instruct --tensor-parallel-size 4 --gpu-memory-utilization 0.9@79GiB",
+     ("vllm serve", "Llama-3.1-70B-Instruct", "@79GiB")),
+    ("python3 -m vllm.entrypoints.openai.api_server --model meta-llama/Llama-3.1-70B-Instruct --tp 4",
+     ("api_server", "Llama-3.1-70B-Instruct")),
+    ("torchrun --nproc_per_node 8 train.py --config=configs/llama3_70b.yaml --lr 3e-4 --warmup-steps 2000",
+     ("train.py", "configs/llama3_70b.yaml")),
+    ("perf_analyzer -m resnet50 -u localhost:8001 --concurrency-range 1:8 --measurement-interval 5000@20GiB",
+     ("perf_analyzer", "resnet50", "@20GiB")),
+])
+def test_long_labels_keep_program_model_and_device_size(key, kept):
+    """A long key's label keeps what tells jobs apart (script, model, config, device size), not a prefix."""
+    label = workload_label(key)
+    assert len(key) > MAX_LABEL_LENGTH and len(label) <= MAX_LABEL_LENGTH
+    for part in kept:
+        assert part in label, (label, part)
+    assert re.search(r"~[0-9a-f]{8}$", label)
+
+
+def test_kubernetes_labels_keep_namespace_owner_and_container():
+    """k8s keys keep all three parts, each cut in its middle, the longest first."""
+    label = workload_label("k8s:ml/text-embedding-server-with-a-long-owner-name/server@80GiB")
+    assert len(label) <= MAX_LABEL_LENGTH
+    assert label.startswith("k8s:ml/text-") and "/server@80GiB~" in label
+    label = workload_label("k8s:machine-learning-inference/text-embedding-server-large/embedding-server@80GiB")
+    namespace, owner, container = label[4:].split("~")[0].removesuffix("@80GiB").split("/")
+    assert namespace.startswith("mach") and owner.startswith("text") and container.startswith("embe")
+    assert len(label) <= MAX_LABEL_LENGTH
+
+
+def test_keys_differing_only_in_what_is_elided_get_different_labels():
+    """Two servers differing only in a flag that does not make it into the label still differ by the hash."""
+    a = normalize_cmdline(EMBED)
+    b = a.replace("--max-length 512", "--max-length 1024")
+    assert workload_label(a) != workload_label(b)
+    assert workload_label(a).split("~")[0] == workload_label(b).split("~")[0]
+
+
+@given(st.lists(st.sampled_from(["python3", "-m", "--model", "--config=", "a/b", "k8s:", "/", "@80GiB", "x" * 30,
+                                 "serve", "run.py", " ", "--task", "é", "…", "~"]), max_size=40))
+def test_labels_of_any_key_are_bounded_and_deterministic(pieces):
+    """Any key, however its pieces combine, gives a label within the bound, the same each time."""
+    key = "".join(pieces) or "x"
+    label = workload_label(key)
+    assert len(label) <= MAX_LABEL_LENGTH and label == workload_label(key)
+    if len(key) > MAX_LABEL_LENGTH:
+        assert label != key

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from exporter.errors import UserError
+from exporter.foresight.label import shorten
 from exporter.redact import redact_cmdline
 
 # Flag names (split on "_") whose value changes from run to run of the same job.
@@ -247,12 +248,13 @@ def profile_key(key: str, capacity_bytes: int | None) -> str:
 
 
 def workload_label(key: str) -> str:
-    """A short label value for a key: the key itself if short, else a prefix plus a hash.
+    """A short label value for a key: the key itself if short, else its informative part plus a hash.
 
-    Long keys become ``<first 39 chars>~<8 hex of sha1(key)>`` (48 characters), so two
-    keys that share a long prefix still get different, stable labels.
+    Long keys keep program, model/task/config values and device size, elided with ``…``, then
+    ``~<8 hex of sha1(key)>`` (at most 48 characters; exporter.foresight.label), so two keys
+    that differ only in what was elided still get different, stable labels.
     """
-    return _bounded(key, MAX_LABEL_LENGTH)
+    return shorten(key, MAX_LABEL_LENGTH)
 
 
 def _bounded(key: str, limit: int) -> str:
