@@ -29,14 +29,26 @@ import time
 from functools import partial
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from exporter.backend.sim import SimBackend  # noqa: E402
 from exporter.foresight import Foresight  # noqa: E402
 from foresight_corpus import Episode, make_corpus, to_scenario  # noqa: E402
 
-FOR_SECONDS = 30.0  # the `for` of GpuMemoryContentionPredicted / MigMemoryContentionPredicted
+def _shipped_rule() -> tuple[float, float]:
+    """`for` and `keep_firing_for` (seconds) of the shipped GpuMemoryContentionPredicted rule."""
+    import yaml
+
+    from exporter.units import parse_duration
+
+    rules = yaml.safe_load((ROOT / "alerts" / "gpushare-memory.yml").read_text())["groups"][0]["rules"]
+    rule = next(r for r in rules if r.get("alert") == "GpuMemoryContentionPredicted")
+    return parse_duration(rule.get("for", "0s")), parse_duration(rule.get("keep_firing_for", "0s"))
+
+
+FOR_SECONDS, KEEP_FIRING_SECONDS = _shipped_rule()  # read from alerts/, so the bench follows the rule
 INCIDENT_SECONDS = 60.0  # kills this close belong to one collision; an alert this soon before one was right
 GPU_SHARING = ("mps", "time_slicing")  # the GPU rule's gpushare_gpu_info{sharing=~...} filter
 GiB = 2**30
@@ -58,6 +70,7 @@ def play(episode: Episode, interval: float) -> dict:
     foresight = Foresight()
     intervals: list[list] = []  # [start, end or None] of each firing interval
     pending = None
+    last_true = 0.0  # last poll the alert's condition held
     trace: list[tuple[float, int | None]] = []  # (t, headroom) of the test device per test poll
     profiles_at_test = None
     try:
@@ -75,13 +88,16 @@ def play(episode: Episode, interval: float) -> dict:
                                 if r.forecast.headroom_bytes is not None
                                 and (r.gi is not None or gpu.sharing in GPU_SHARING)), default=None)
                 trace.append((t, headroom))
+                firing = bool(intervals) and intervals[-1][1] is None
                 if headroom is not None and headroom < 0:
                     pending = t if pending is None else pending
-                    if t - pending >= FOR_SECONDS and not (intervals and intervals[-1][1] is None):
+                    last_true = t
+                    if t - pending >= FOR_SECONDS and not firing:
                         intervals.append([t, None])
                 else:
                     pending = None
-                    if intervals and intervals[-1][1] is None:
+                    # keep_firing_for: a firing alert stays up until the condition has been false that long
+                    if firing and t - last_true >= KEEP_FIRING_SECONDS:
                         intervals[-1][1] = t
             t += interval
         kills = sorted(e.time for e in backend.sim.oom_events
@@ -165,7 +181,7 @@ def report(results: list[dict], args) -> dict:
     first = [r for r in results if r["classes"]["first_run"] == "yes"]
     fl, fa, ff = figures(learned), figures(results), figures(first)
     print(f"Foresight accuracy: seed {args.seed}, {len(results)} episodes ({len(learned)} learned, "
-          f"{len(first)} first run), poll every {args.interval:g} s, alert `for` {FOR_SECONDS:g} s")
+          f"{len(first)} first run), poll every {args.interval:g} s, alert `for` {FOR_SECONDS:g} s, `keep_firing_for` {KEEP_FIRING_SECONDS:g} s")
     for line in DEFINITIONS:
         print(f"  {line}")
     rows = [
@@ -253,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             print(verbose_row(r))
     if args.json:
         doc = {"seed": args.seed, "episodes": args.episodes, "interval": args.interval,
-               "for_seconds": FOR_SECONDS, "definitions": DEFINITIONS, **summary, "results": results}
+               "for_seconds": FOR_SECONDS, "keep_firing_seconds": KEEP_FIRING_SECONDS, "definitions": DEFINITIONS, **summary, "results": results}
         Path(args.json).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     sys.stdout.flush()  # the wall time (stderr) comes after the tables
     print(f"wall time {time.monotonic() - began:.1f} s ({args.jobs} job{'s' if args.jobs > 1 else ''})",

@@ -190,6 +190,8 @@ def _test_starts(rng: random.Random, pattern: str, tenants: list[Workload], t0: 
             gap = (prev.peak_window()[1] - cur.peak_window()[0]) * slow + rng.randint(30, 90)
             starts.append(starts[-1] + max(30, int(gap)))
         return starts
+    if rng.random() < 0.5:  # started together (a batch submitted at once): peaks meet where they meet
+        return [t0 + rng.randint(0, 12) * GRID for _ in tenants]
     meet = t0 + max(w.peak_age() for w in tenants) * slow + GRID  # their peaks line up here
     return [max(t0, int(meet - w.peak_age() * slow + rng.uniform(-8, 8))) for w in tenants]
 

@@ -25,6 +25,7 @@ import re
 from dataclasses import replace
 from typing import Mapping, Sequence
 
+from exporter.foresight.forecast import STEADY_BAND, STEADY_SECONDS
 from exporter.foresight.profiles import WorkloadProfile
 from exporter.sizing import PRECISION_BYTES, rule_sized_bytes
 from exporter.units import parse_bytes
@@ -112,3 +113,16 @@ def trend(points: Sequence[tuple[float, int]], age: float) -> tuple[float, float
     if not floors[0] < floors[1] < floors[2] or floors[2] - floors[0] < TREND_MIN_GROWTH:
         return 0.0, 0.0
     return (floors[2] - floors[0]) / (span * 2 / 3), min(age / 4, TREND_MAX_SECONDS)
+
+
+def is_steady(points: Sequence[tuple[float, int]], used: int) -> bool:
+    """True when a run's samples of the last STEADY_SECONDS (at least 3, spanning most of it)
+    all lie within STEADY_BAND of its use now."""
+    if not points or used <= 0:
+        return False
+    newest = points[-1][0]
+    recent = [v for a, v in reversed(points) if a >= newest - STEADY_SECONDS]
+    oldest = next((a for a, _ in reversed(points) if a < newest - STEADY_SECONDS), None)
+    if len(recent) < 3 or oldest is None:
+        return False
+    return all(abs(v - used) <= STEADY_BAND * used for v in recent)

@@ -30,13 +30,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from exporter.foresight.profiles import WorkloadProfile
+from exporter.foresight.profiles import PEAK_BAND, WorkloadProfile
 from exporter.foresight.progress import LATE_FACTOR
 
 HORIZON_SECONDS = 6 * 3600.0  # ignore anything predicted further ahead
 STAGGER_STEP_SECONDS = 5.0  # resolution of the stagger advice
 MATCH_TOLERANCE = 1.3  # a run more than this above (or below) its profile is another kind of run
 TREND_STEPS = 8  # a trend is held as this many steps
+STEADY_SECONDS = 30.0  # a run whose use held level this long is steady ...
+STEADY_BAND = 0.02  # ... within this share of its use now
 BASES = ("learned", "scaled", "declared", "trend", "current")  # the ``basis`` label's values
 
 
@@ -54,6 +56,7 @@ class ProcessState:
     floor_bytes: int = 0  # declared: expected to hold at least this for the rest of its life
     trend_bytes_per_second: float = 0.0  # trend: recent growth
     trend_seconds: float = 0.0  # trend: how long the growth is extrapolated
+    steady: bool = False  # its use has held level (within STEADY_BAND) for the last STEADY_SECONDS
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,7 @@ def process_curve(p: ProcessState, grace: float = 0.0) -> Curve:
         return ((0.0, max(p.used_bytes, p.floor_bytes)),), max(grace - late, late, grace / 2)
     timeline = profile.scaled_timeline()
     ends = [age for age, _ in timeline[1:]] + [duration]
+    ratio = _level_ratio(profile, timeline, position, p.used_bytes, p.steady)
     steps: list[tuple[float, int]] = []
     for (age, value), end in zip(timeline, ends):
         if end <= position:
@@ -124,10 +128,33 @@ def process_curve(p: ProcessState, grace: float = 0.0) -> Curve:
         if not steps:  # the step the run is in now: at least what it uses
             if age > position:  # the timeline starts after the run's age: hold what it uses till then
                 steps.append((0.0, p.used_bytes))
-            steps.append((max(0.0, (age - position) * slowdown), max(value, p.used_bytes)))
+            steps.append((max(0.0, (age - position) * slowdown), max(int(value * ratio), p.used_bytes)))
             continue
-        steps.append(((age - position) * slowdown, value))
+        steps.append(((age - position) * slowdown, int(value * ratio)))
     return tuple(steps), (duration - position) * slowdown
+
+
+def _level_ratio(profile: WorkloadProfile, timeline, position: float, used: int, steady: bool) -> float:
+    """How much smaller than its profile a run holds, where it is (1 when not smaller).
+
+    Runs of one workload differ by a few percent (input sizes, allocator rounding); the
+    profile keeps the highest of recent runs. A run that holds less than its learned level
+    at the same point of its life is expected to stay that much smaller (down to
+    1 / MATCH_TOLERANCE): five replicas at 97 % of their learned plateau are not predicted to
+    overflow a device they fill to 98 %. Only a run on its peak level (PEAK_BAND of the peak)
+    is compared: a plateau before a rise says little about how high the rise goes. The level
+    is read just before the run's position (a run waiting for a rise is compared with the
+    level it is on), and only for a run whose use is steady (a run still loading, later than
+    its position says, is not smaller).
+    """
+    level = 0
+    for age, value in timeline:
+        if age >= position and level:
+            break
+        level = value
+    if not steady or level < PEAK_BAND * profile.peak_bytes or not 0 < used < level:
+        return 1.0
+    return max(used / level, 1 / MATCH_TOLERANCE)
 
 
 def _unprofiled_curve(p: ProcessState) -> Curve:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from exporter.foresight.basis import DECLARED_VAR, declared_bytes, scaled_profile, trend, workload_of
+from exporter.foresight.basis import DECLARED_VAR, declared_bytes, is_steady, scaled_profile, trend, workload_of
 from exporter.foresight.forecast import ProcessState, exhaustion_eta, expected_peak, follows, forecast_device
 from exporter.foresight.profiles import RunRecorder, WorkloadProfile, learn_run, learn_running
 from exporter.foresight.outcome import FULL_FRACTION, Outcomes
@@ -261,7 +261,7 @@ class Foresight:
         if profile is not None:
             speed = progress.slowdown(age, slowdown)
             return ProcessState(proc.pid, used, age, profile, progress.position(age, speed), speed, basis,
-                                declared or 0)
+                                declared or 0, steady=is_steady(run.points, used))
         slope, horizon = trend(run.points, run.last_age) if run.samples >= 4 else (0.0, 0.0)
         basis = "declared" if declared else "trend" if slope > 0 else "current"
         return ProcessState(proc.pid, used, age, basis=basis, floor_bytes=declared or 0,
