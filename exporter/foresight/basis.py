@@ -6,7 +6,9 @@ In the order the foresight tries them (exporter.foresight.forecast lists them al
   nearly all of the device it was learned on (SELF_SIZING_SHARE or more) sizes itself to
   its device (vLLM's gpu_memory_utilization, a framework's memory fraction), and so must one
   whose learned peak would not fit this device at all: its timeline is scaled by the ratio
-  of the sizes. Otherwise it needs what it needed: bytes are kept.
+  of the sizes. Otherwise it needs what it needed: bytes are kept. Either guess can be wrong:
+  a run that holds steady at another level than the scaled profile at the same age rescales
+  it to that level (calibrated_profile).
 - ``declared``: GPUSHARE_EXPECTED_PEAK in the process's environment, a size (``30GiB``) or,
   for LLM serving, a parameter count and precision (``8B fp16``, ``70B int4``) that seed
   004's rule turns into bytes (parameters x bytes per parameter x 1.2). On Kubernetes, set
@@ -32,6 +34,7 @@ from exporter.units import parse_bytes
 
 DECLARED_VAR = "GPUSHARE_EXPECTED_PEAK"
 SELF_SIZING_SHARE = 0.85  # a learned peak this close to the device's size means it sizes itself
+CALIBRATION_LIMIT = 4.0  # a run steady at up to this factor from a scaled profile rescales it
 TREND_WINDOW = 300.0  # seconds of a run's samples its trend is fitted on
 TREND_MIN_SPAN = 60.0  # seconds of samples a trend needs
 TREND_SKIP_LOAD = 60.0  # seconds at the start of a run that are loading, not trend
@@ -67,6 +70,26 @@ def scaled_profile(candidates: Sequence[WorkloadProfile], capacity_bytes: int | 
         recent_peaks=(),
         device_bytes=capacity_bytes,
     )
+
+
+def calibrated_profile(profile: WorkloadProfile, used: int, position: float) -> WorkloadProfile | None:
+    """``profile`` rescaled so that its level at ``position`` (learned seconds) is ``used``.
+
+    None when the profile holds under a quarter of its peak there (loading: too steep to
+    compare) or the ratio is beyond CALIBRATION_LIMIT either way (another kind of run).
+    """
+    level = 0
+    for age, value in profile.timeline:
+        if age > position:
+            break
+        level = value
+    if level < profile.peak_bytes / 4 or used <= 0:
+        return None
+    ratio = used / level
+    if not 1 / CALIBRATION_LIMIT <= ratio <= CALIBRATION_LIMIT:
+        return None
+    return replace(profile, key=f"{profile.key}~x{ratio:.4f}", peak_bytes=int(profile.peak_bytes * ratio),
+                   timeline=tuple((age, int(v * ratio)) for age, v in profile.timeline))
 
 
 def declared_bytes(environ: Mapping[str, str]) -> int | None:

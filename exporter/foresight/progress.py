@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from exporter.foresight.profiles import PEAK_BAND, WorkloadProfile
 
 LANDMARK_SHARE = 0.1  # a change of at least this share of the peak is a landmark
-MIN_SPEED_AGE = 60.0  # landmarks earlier than this are too close to poll noise to time a run
+MIN_SPEED_POLLS = 10  # a landmark times a run once it is this many polls old (crossing known to +-5 %)
+MIN_SPEED_AGE = 20.0  # ... and never earlier than this
 LATE_FACTOR = 1.5  # a landmark this late (relative to the expected slowdown) was crossed unseen
 MAX_SLOWDOWN = 4.0  # never stretch learned timelines by more than this
-MIN_SPEEDUP = 0.67  # ... nor shrink them below this (a run faster than its solo learning run)
+MIN_SPEEDUP = 1.0  # never read a run as faster than its learned one: envelopes place rises early (see speed())
 SMALLER_SHARE = 0.25  # a run still under this share of the peak when its load is long over is another kind
 
 
@@ -73,11 +74,15 @@ def landmarks(profile: WorkloadProfile) -> tuple[Landmark, ...]:
         return found
     step = LANDMARK_SHARE * profile.peak_bytes
     marks: list[Landmark] = []
-    reference = 0  # a run starts from nothing
-    for age, value in profile.scaled_timeline():
+    reference, since = 0, 0  # a run starts from nothing; steps since the last landmark start at `since`
+    timeline = profile.scaled_timeline()
+    for i, (age, value) in enumerate(timeline):
         if step > 0 and abs(value - reference) >= step:
-            marks.append(Landmark(age, (reference + value) // 2, value > reference))
-            reference = value
+            level, rising = (reference + value) // 2, value > reference
+            # Timed where the timeline crossed the level, as a run is (a ramp crosses it early).
+            crossed = next(a for a, v in timeline[since:i + 1] if (v >= level if rising else v <= level))
+            marks.append(Landmark(crossed, level, rising))
+            reference, since = value, i + 1
     if len(_CACHE) > 4096:  # profiles change as they learn; old versions are not asked again
         _CACHE.clear()
     found = _CACHE[cache_key] = tuple(marks)
@@ -93,6 +98,7 @@ class RunProgress:
         self.marks = landmarks(profile) if self.clock else ()
         self.passed_at: list[float | None] = []  # run age at each passed landmark; None: skipped
         self.smaller = False  # it stayed far below its profile long after loading: another kind of run
+        self.interval = 15.0  # poll interval of the last sample (s): how exactly crossings are timed
 
     @property
     def passed(self) -> int:
@@ -105,6 +111,7 @@ class RunProgress:
         ``slowdown`` is the device's current estimate, ``interval`` the poll interval (s): a
         rise seen at this sample happened somewhere since the previous one.
         """
+        self.interval = interval
         while self.passed < len(self.marks):
             mark = self.marks[self.passed]
             crossed = used_bytes >= mark.level if mark.rising else used_bytes <= mark.level
@@ -122,18 +129,22 @@ class RunProgress:
     def speed(self, age: float) -> tuple[float | None, bool]:
         """(slowdown, measured) of the run: learned age x slowdown = its age.
 
-        Measured (True) at the last landmark it was seen to cross at or after MIN_SPEED_AGE.
+        Measured (True) at the last landmark it was seen to cross at a learned age of at least
+        MIN_SPEED_POLLS poll intervals (and MIN_SPEED_AGE), where a poll's uncertainty is small.
+        Never below MIN_SPEEDUP (1): a learned timeline is an upper envelope whose compaction
+        moves rises earlier, so a run crossing a landmark "early" is on time, not faster.
         A run already later than its next landmark is at least age / that landmark's age
         (False: a lower bound). (None, False) when nothing is known yet.
         """
+        earliest = max(MIN_SPEED_AGE, MIN_SPEED_POLLS * self.interval)
         measured = None
         for mark, at in zip(self.marks, self.passed_at):
-            if at is not None and mark.age >= MIN_SPEED_AGE:
+            if at is not None and mark.age >= earliest:
                 measured = at / mark.age
         bound = None
         if self.passed < len(self.marks):
             upcoming = self.marks[self.passed].age
-            if upcoming >= MIN_SPEED_AGE and age > upcoming * (measured or 1.0):
+            if upcoming >= earliest and age > upcoming * (measured or 1.0):
                 bound = age / upcoming
         value = bound if bound is not None else measured
         if value is None:

@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from exporter.foresight.basis import DECLARED_VAR, declared_bytes, is_steady, scaled_profile, trend, workload_of
+from exporter.foresight.basis import (
+    DECLARED_VAR,
+    calibrated_profile,
+    declared_bytes,
+    is_steady,
+    scaled_profile,
+    trend,
+    workload_of,
+)
 from exporter.foresight.forecast import ProcessState, exhaustion_eta, expected_peak, follows, forecast_device
 from exporter.foresight.profiles import RunRecorder, WorkloadProfile, learn_run, learn_running
 from exporter.foresight.outcome import FULL_FRACTION, Outcomes
@@ -53,6 +61,7 @@ class _Live:
     fed_age: float = 0.0  # age of the last sample fed to progress
     limit_fill: float = 0.0  # used / its MPS pinned memory limit then, 0..1 (0 without a limit)
     ends_at: float | None = None  # when its profile expected it to end, as of its last sighting
+    calibrated: tuple | None = None  # (scaled profile, the same rescaled to this run's level)
 
 
 class Foresight:
@@ -235,6 +244,8 @@ class Foresight:
         profile, basis = self._usable(run.key), "learned"
         if profile is None:
             profile, basis = self._scaled(run.key, capacity), "scaled"
+            if profile is not None and not follows(profile, run.peak_bytes, run.last_age, slowdown):
+                profile = self._calibrated(live, profile, slowdown)
         if profile is None or not follows(profile, run.peak_bytes, run.last_age, slowdown):
             return None, "", None
         progress = live.progress
@@ -251,6 +262,25 @@ class Foresight:
         if progress.smaller:
             return None, "", None
         return profile, basis, progress
+
+    @staticmethod
+    def _calibrated(live: _Live, profile: WorkloadProfile, slowdown: float) -> WorkloadProfile | None:
+        """A profile learned on another size, rescaled to the level this run holds steady at.
+
+        Whether a workload scales with its device was a guess (basis.scaled_profile); a run
+        that holds steady at a level its profile also holds at that age says by how much it
+        really differs. Kept for the run once made, so its landmarks stay put.
+        """
+        made = live.calibrated
+        if made is not None and made[0] is profile:
+            return made[1]
+        run = live.run
+        if not run.points or not is_steady(run.points, run.points[-1][1]):
+            return None
+        new = calibrated_profile(profile, run.points[-1][1], run.last_age / slowdown)
+        if new is not None:
+            live.calibrated = (profile, new)
+        return new
 
     def _state(self, proc: ProcessInfo, live: _Live, plan, now: float, slowdown: float) -> ProcessState:
         """The forecast's view of one process, on the best basis it has (see forecast.py)."""
