@@ -47,7 +47,7 @@ class Landmark:
     rising: bool
 
 
-CLOCK_PEAK_FRACTION = 0.5  # a clock peaks in the second half of its run
+CLOCK_PEAK_FRACTION = 0.2  # a clock peaks after its first fifth (a server peaks as it loads)
 
 
 _CACHE: dict[tuple[str, float, int], tuple[Landmark, ...]] = {}
