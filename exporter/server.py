@@ -203,7 +203,8 @@ def _backend_line(poller: PollerView, snapshot) -> str:
 DOC_TITLES = (("metrics.md", "every metric, its unit and labels"),
               ("configuration.md", "commands, flags, config file, endpoints"),
               ("kubernetes.md", "pods, per-pod numbers and accounting, deployment"),
-              ("alerts.md", "alert rules"), ("runbooks.md", "what to do when an alert fires"),
+              ("alerts.md", "alert rules"), ("foresight.md", "the OOM forecast, its accuracy and limits"),
+              ("runbooks.md", "what to do when an alert fires"),
               ("dashboards.md", "Grafana dashboards"), ("scenarios.md", "the --simulate scenario format"))
 
 
