@@ -176,7 +176,7 @@ class RunProgress:
 
 
 def device_slowdown(speeds: list[float | None]) -> float:
-    """The slowdown of a device: the largest its runs measured or are late by (1 when none), >= 1.
+    """The slowdown of a device: the largest its runs measured (1 when none), >= 1.
 
     Co-tenants slow each other down alike, so what one run measured holds for the others.
     """

@@ -214,8 +214,11 @@ class Foresight:
         interval = self.poll_interval
         lives = [self._track((gpu.uuid, proc.gi, proc.pid), proc, now, domain, sim_time) for proc in domain.processes]
         plans = [self._plan(live, capacity, self._slowdowns.get(device_key, 1.0), interval) for live in lives]
-        slowdown = device_slowdown([None if progress is None else progress.speed(live.run.age(now))[0]
-                                    for live, (_p, _b, progress) in zip(lives, plans)])
+        # Only measured slowdowns speak for the device: a run's lower bound (it waits for a
+        # landmark) may be a run that will never cross it, and would stretch every co-tenant.
+        speeds = [None if progress is None else progress.speed(live.run.age(now))
+                  for live, (_p, _b, progress) in zip(lives, plans)]
+        slowdown = device_slowdown([s[0] if s is not None and s[1] else None for s in speeds])
         self._slowdowns[device_key] = slowdown
         states = [self._state(proc, live, plan, now, slowdown) for proc, live, plan in zip(domain.processes, lives, plans)]
         window = self._trend(device_key, now, used)
