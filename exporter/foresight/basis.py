@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_left
 from dataclasses import replace
 from typing import Mapping, Sequence
 
@@ -124,7 +125,7 @@ def trend(points: Sequence[tuple[float, int]], age: float) -> tuple[float, float
     """
     if age < TREND_MIN_AGE:
         return 0.0, 0.0
-    recent = [(a, v) for a, v in points if a >= max(age - TREND_WINDOW, TREND_SKIP_LOAD)]
+    recent = points[bisect_left(points, max(age - TREND_WINDOW, TREND_SKIP_LOAD), key=_age):]  # ages ascend
     if len(recent) < 6 or recent[-1][0] - recent[0][0] < TREND_MIN_SPAN:
         return 0.0, 0.0
     first, span = recent[0][0], recent[-1][0] - recent[0][0]
@@ -149,3 +150,7 @@ def is_steady(points: Sequence[tuple[float, int]], used: int) -> bool:
     if len(recent) < 3 or oldest is None:
         return False
     return all(abs(v - used) <= STEADY_BAND * used for v in recent)
+
+
+def _age(point: tuple[float, int]) -> float:
+    return point[0]

@@ -60,11 +60,17 @@ class WorkloadProfile:
         The timeline comes from the newest finished run; the learned peak can be higher
         (an earlier or a running process went higher), and forecasts must use the higher one.
         """
+        cached = self.__dict__.get("_scaled")  # asked for by every process each poll: compute once
+        if cached is not None:
+            return cached
         top = max((v for _, v in self.timeline), default=0)
         if top <= 0 or top >= self.peak_bytes:
-            return self.timeline
-        factor = self.peak_bytes / top
-        return tuple((age, int(round(v * factor))) for age, v in self.timeline)
+            scaled = self.timeline
+        else:
+            factor = self.peak_bytes / top
+            scaled = tuple((age, int(round(v * factor))) for age, v in self.timeline)
+        self.__dict__["_scaled"] = scaled  # frozen, so the result never changes
+        return scaled
 
     def peak_width_seconds(self) -> float:
         """How long a run stays within PEAK_BAND of its peak, seconds (0 when unknown)."""

@@ -214,12 +214,13 @@ class Foresight:
         interval = self.poll_interval
         lives = [self._track((gpu.uuid, proc.gi, proc.pid), proc, now, domain, sim_time) for proc in domain.processes]
         plans = [self._plan(live, capacity, self._slowdowns.get(device_key, 1.0), interval) for live in lives]
-        # Only measured slowdowns speak for the device: a run's lower bound (it waits for a
-        # landmark) may be a run that will never cross it, and would stretch every co-tenant.
+        # A late run stretches its co-tenants' timelines too (they share the slowdown), but
+        # only measured slowdowns decide when a landmark counts as crossed unseen: a run's own
+        # lower bound would otherwise keep postponing the skip of a landmark it never crosses.
         speeds = [None if progress is None else progress.speed(live.run.age(now))
                   for live, (_p, _b, progress) in zip(lives, plans)]
-        slowdown = device_slowdown([s[0] if s is not None and s[1] else None for s in speeds])
-        self._slowdowns[device_key] = slowdown
+        self._slowdowns[device_key] = device_slowdown([s[0] if s is not None and s[1] else None for s in speeds])
+        slowdown = device_slowdown([None if s is None else s[0] for s in speeds])
         states = [self._state(proc, live, plan, now, slowdown) for proc, live, plan in zip(domain.processes, lives, plans)]
         window = self._trend(device_key, now, used)
         other = (used or 0) - sum(s.used_bytes for s in states)
