@@ -47,6 +47,8 @@ EAGER_COUNTERS = {
     "gpushare_simulation_oom_kills_total": "every simulated device starts at 0",
     "gpushare_exporter_polls_total": "counts every poll from the first",
     "gpushare_exporter_http_rejected_total": "every reason is exported from the start, at 0",
+    "gpushare_suspected_oom_kills_total": "both predicted values at 0 from the first poll that reads a GPU",
+    "gpushare_memory_contention_warnings_total": "both outcomes at 0 from the first poll that reads a GPU",
 }
 # Counters summed over time where missing one poll at a series' birth is a bounded, documented
 # error: rate() of them (a per-second average) is accepted; increase() must still count the birth.

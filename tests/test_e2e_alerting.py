@@ -35,6 +35,7 @@ import yaml
 
 from exporter.backend.sim import SimBackend
 from exporter.foresight import Foresight
+from exporter.foresight.basis import workload_of
 from exporter.foresight.workload import workload_label
 from exporter.sim.scenario import load_scenario
 from exporter.units import parse_duration
@@ -317,7 +318,7 @@ def test_contention_alert_reaches_the_webhook_before_the_oom(run):
     assert alert["labels"]["gpu"] == "0" and alert["labels"]["uuid"] == gpu_info["metric"]["uuid"]
     (profile,) = run["profiles"]
     description = alert["annotations"]["description"]
-    assert workload_label(profile["key"]) in description
+    assert workload_label(workload_of(profile["key"])) in description  # the workload, without the device size
     # Outside Kubernetes each job is named by its pid, after the forecast basis when the exporter gives one.
     assert all(re.search(rf"\((?:\w+, )?pid {pid}\)", description) for pid in (4101, 4102, 4103)), description
     assert "(pid )" not in description and "pod /" not in description
