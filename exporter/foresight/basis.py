@@ -129,27 +129,25 @@ def trend(points: Sequence[tuple[float, int]], age: float) -> tuple[float, float
     if len(recent) < 6 or recent[-1][0] - recent[0][0] < TREND_MIN_SPAN:
         return 0.0, 0.0
     first, span = recent[0][0], recent[-1][0] - recent[0][0]
-    thirds = [[v for a, v in recent if int(3 * (a - first) / span) in (i, i + 1 if i == 2 else i)]
-              for i in range(3)]
-    if any(not third for third in thirds):
+    cuts = [0] + [bisect_left(recent, first + span * k / 3, key=_age) for k in (1, 2)] + [len(recent)]
+    if any(a >= b for a, b in zip(cuts, cuts[1:])):
         return 0.0, 0.0
-    floors = [min(third) for third in thirds]
+    floors = [min(v for _, v in recent[a:b]) for a, b in zip(cuts, cuts[1:])]
     if not floors[0] < floors[1] < floors[2] or floors[2] - floors[0] < TREND_MIN_GROWTH:
         return 0.0, 0.0
     return (floors[2] - floors[0]) / (span * 2 / 3), min(age / 4, TREND_MAX_SECONDS)
 
 
 def is_steady(points: Sequence[tuple[float, int]], used: int) -> bool:
-    """True when a run's samples of the last STEADY_SECONDS (at least 3, spanning most of it)
-    all lie within STEADY_BAND of its use now."""
+    """True when a run's samples of the last STEADY_SECONDS (at least 3, and an older one
+    before them) all lie within STEADY_BAND of its use now."""
     if not points or used <= 0:
         return False
-    newest = points[-1][0]
-    recent = [v for a, v in reversed(points) if a >= newest - STEADY_SECONDS]
-    oldest = next((a for a, _ in reversed(points) if a < newest - STEADY_SECONDS), None)
-    if len(recent) < 3 or oldest is None:
+    start = bisect_left(points, points[-1][0] - STEADY_SECONDS, key=_age)  # ages ascend
+    if start == 0 or len(points) - start < 3:
         return False
-    return all(abs(v - used) <= STEADY_BAND * used for v in recent)
+    band = STEADY_BAND * used
+    return all(abs(v - used) <= band for _, v in points[start:])
 
 
 def _age(point: tuple[float, int]) -> float:

@@ -71,6 +71,7 @@ class DeviceForecast:
     stagger_seconds: float | None = None  # start spacing that avoids the contention, plus one poll of margin
     slowdown: float = 1.0  # stretch applied to learned timelines
     ends_in: dict[int, float] = field(default_factory=dict)  # pid -> seconds until its expected end (when known)
+    peaks: dict[int, int] = field(default_factory=dict)  # pid -> the most its curve holds (expected_peak)
 
     @property
     def headroom_bytes(self) -> int | None:
@@ -213,7 +214,8 @@ def forecast_device(
     curves = [process_curve(p, grace) for p in processes]
     totals = demand_profile(curves, other_bytes)
     peak_demand = max(total for _, total in totals)
-    peak_sum = other_bytes + sum(max([p.used_bytes] + [v for _, v in c[0]]) for p, c in zip(processes, curves))
+    peaks = {p.pid: max([p.used_bytes] + [v for _, v in c[0]]) for p, c in zip(processes, curves)}
+    peak_sum = other_bytes + sum(peaks.values())
     contention_in = None
     at_contention: dict[int, int] = {}
     if capacity_bytes is not None:
@@ -236,6 +238,7 @@ def forecast_device(
         stagger_seconds=stagger,
         slowdown=slowdown,
         ends_in={p.pid: c[1] for p, c in zip(processes, curves) if c[1] is not None and p.profile is not None},
+        peaks=peaks,
     )
 
 

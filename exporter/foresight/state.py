@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 STALE_RUN_SECONDS = 3600.0  # forget runs on GPUs we could not read for this long
 LATE_START_SECONDS = 60.0  # a run first seen this long after its start was not watched from its start
 DEFAULT_POLL_INTERVAL = 15.0  # assumed until two polls have been seen
+TREND_REFRESH = 10.0  # seconds of a run's age between refits of its trend
 
 RunId = tuple[str, "int | None", int]  # (GPU uuid, gi, pid)
 
@@ -62,6 +63,7 @@ class _Live:
     limit_fill: float = 0.0  # used / its MPS pinned memory limit then, 0..1 (0 without a limit)
     ends_at: float | None = None  # when its profile expected it to end, as of its last sighting
     calibrated: tuple | None = None  # (scaled profile, the same rescaled to this run's level)
+    trend: tuple | None = None  # (run age it was fitted at, (bytes/s, seconds)) for the trend basis
 
 
 class Foresight:
@@ -235,7 +237,7 @@ class Foresight:
             ProcessRow(gpu.index, gpu.uuid, proc.gi, proc.pid, proc.name, process_sharing(gpu, proc),
                        workload_label(workload_of(live.run.key)),
                        None if proc.used_memory_bytes is None and state.profile is None and not state.floor_bytes
-                       else expected_peak(state),
+                       else forecast.peaks.get(proc.pid, expected_peak(state)),
                        forecast.at_contention_bytes.get(proc.pid) if contended else None,
                        proc.namespace, proc.pod, proc.container, proc.replica, state.basis)
             for proc, state, live in zip(domain.processes, states, lives)
@@ -296,10 +298,20 @@ class Foresight:
             speed = progress.slowdown(age, slowdown)
             return ProcessState(proc.pid, used, age, profile, progress.position(age, speed), speed, basis,
                                 declared or 0, steady=is_steady(run.points, used))
-        slope, horizon = trend(run.points, run.last_age) if run.samples >= 4 else (0.0, 0.0)
+        slope, horizon = self._run_trend(live)
         basis = "declared" if declared else "trend" if slope > 0 else "current"
         return ProcessState(proc.pid, used, age, basis=basis, floor_bytes=declared or 0,
                             trend_bytes_per_second=slope, trend_seconds=horizon)
+
+    @staticmethod
+    def _run_trend(live: _Live) -> tuple[float, float]:
+        """basis.trend() of a run, refreshed every TREND_REFRESH seconds of its age (a line
+        fitted on minutes of samples does not change from one poll to the next)."""
+        run = live.run
+        cached = live.trend
+        if cached is None or run.last_age - cached[0] >= TREND_REFRESH or run.last_age < cached[0]:
+            cached = live.trend = (run.last_age, trend(run.points, run.last_age) if run.samples >= 4 else (0.0, 0.0))
+        return cached[1]
 
     def _scaled(self, key: str, capacity: int | None) -> WorkloadProfile | None:
         """This workload's profile learned on another device size, scaled to ``capacity``."""

@@ -18,6 +18,7 @@ Keys may be long; :func:`workload_label` turns one into a short, stable label va
 from __future__ import annotations
 
 import hashlib
+from functools import lru_cache
 import re
 import shlex
 from dataclasses import dataclass
@@ -247,6 +248,7 @@ def profile_key(key: str, capacity_bytes: int | None) -> str:
     return f"{key}@{round(capacity_bytes / 2**30)}GiB"
 
 
+@lru_cache(maxsize=4096)  # asked for every process every poll; keys repeat
 def workload_label(key: str) -> str:
     """A short label value for a key: the key itself if short, else its informative part plus a hash.
 
