@@ -97,15 +97,7 @@ def metric_names(expr: str) -> list[str]:
 
 def counter_arguments(expr: str) -> list[str]:
     """Metric names passed to rate(), irate(), increase() or resets() in ``expr``."""
-    out = []
-    text = _STRING.sub('""', expr)
-    for match in re.finditer(rf"\b({'|'.join(COUNTER_FUNCTIONS)})\s*\(", text):
-        depth, i = 1, match.end()
-        while depth and i < len(text):
-            depth += {"(": 1, ")": -1}.get(text[i], 0)
-            i += 1
-        out += metric_names(text[match.end():i - 1])
-    return out
+    return [name for _function, name in counter_calls(expr)]
 
 
 def counter_calls(expr: str) -> list[tuple[str, str]]:
