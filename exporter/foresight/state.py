@@ -11,23 +11,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from exporter.foresight.basis import (
-    DECLARED_VAR,
-    calibrated_profile,
-    declared_bytes,
-    is_steady,
-    scaled_profile,
-    trend,
-    workload_of,
-)
-from exporter.foresight.forecast import ProcessState, exhaustion_eta, expected_peak, follows, forecast_device
-from exporter.foresight.profiles import RunRecorder, WorkloadProfile, learn_run, learn_running
+from exporter.foresight.basis import workload_of
+from exporter.foresight.forecast import exhaustion_eta, expected_peak, forecast_device
 from exporter.foresight.outcome import FULL_FRACTION, Outcomes
-from exporter.foresight.progress import RunProgress, device_slowdown
+from exporter.foresight.profiles import RunRecorder, WorkloadProfile, learn_run, learn_running
+from exporter.foresight.progress import device_slowdown
+from exporter.foresight.runs import LiveRun, RunPlanner
 from exporter.foresight.result import (
     DeviceRow,
     ForesightResult,
@@ -45,25 +37,8 @@ log = logging.getLogger(__name__)
 STALE_RUN_SECONDS = 3600.0  # forget runs on GPUs we could not read for this long
 LATE_START_SECONDS = 60.0  # a run first seen this long after its start was not watched from its start
 DEFAULT_POLL_INTERVAL = 15.0  # assumed until two polls have been seen
-TREND_REFRESH = 10.0  # seconds of a run's age between refits of its trend
 
 RunId = tuple[str, "int | None", int]  # (GPU uuid, gi, pid)
-
-
-@dataclass
-class _Live:
-    """A run being watched and what its device looked like when it was last seen."""
-
-    run: RunRecorder
-    last_seen: float  # Unix seconds
-    device_fill: float  # used / capacity of its device then, 0..1
-    neighbours: int  # processes on its device then, itself included
-    progress: RunProgress | None = None  # landmarks of its profile passed (see progress.py)
-    fed_age: float = 0.0  # age of the last sample fed to progress
-    limit_fill: float = 0.0  # used / its MPS pinned memory limit then, 0..1 (0 without a limit)
-    ends_at: float | None = None  # when its profile expected it to end, as of its last sighting
-    calibrated: tuple | None = None  # (scaled profile, the same rescaled to this run's level)
-    trend: tuple | None = None  # (run age it was fitted at, (bytes/s, seconds)) for the trend basis
 
 
 class Foresight:
@@ -88,17 +63,13 @@ class Foresight:
         self.store = ProfileStore(state_dir, max_profiles) if state_dir is not None else None
         self.profiles: dict[str, WorkloadProfile] = self.store.load() if self.store else {}
         self.healthy = True  # False after observe() failed; the previous result is kept
-        self._live: dict[RunId, _Live] = {}
+        self._live: dict[RunId, LiveRun] = {}
         self._keys: dict[tuple[int, str, str], str] = {}  # (pid, name, cmdline) -> workload key
         self._trends: dict[tuple[str, int | None], deque] = {}
         self._oom: dict[tuple[int, str], int] = {}
         self.outcomes = Outcomes()  # suspected OOM kills and warnings (exporter.foresight.outcome)
         self._slowdowns: dict[tuple[str, int | None], float] = {}  # device -> slowdown at the last poll
-        self._sizes: dict[str, set[str]] = {}  # workload key -> its profile keys (one per device size)
-        for key in self.profiles:
-            self._sizes.setdefault(workload_of(key), set()).add(key)
-        self._scaled_cache: dict[str, tuple] = {}
-        self._declared_cache: dict[str, int | None] = {}
+        self.planner = RunPlanner(self.profiles)  # which profile, on which basis, each run follows
         self._dirty: set[str] = set()
         self._last_persist: float | None = None
         self._observed_once = False
@@ -147,7 +118,7 @@ class Foresight:
                      if p.key not in self.profiles or p.updated_at >= self.profiles[p.key].updated_at]
             for profile in taken:
                 self.profiles[profile.key] = profile
-                self._sizes.setdefault(workload_of(profile.key), set()).add(profile.key)
+                self.planner.index(profile.key)
             if self.store:
                 self.store.save(taken)
         return len(taken)
@@ -215,7 +186,7 @@ class Foresight:
         device_key = (gpu.uuid, domain.gi)
         interval = self.poll_interval
         lives = [self._track((gpu.uuid, proc.gi, proc.pid), proc, now, domain, sim_time) for proc in domain.processes]
-        plans = [self._plan(live, capacity, self._slowdowns.get(device_key, 1.0), interval) for live in lives]
+        plans = [self.planner.plan(live, capacity, self._slowdowns.get(device_key, 1.0), interval) for live in lives]
         # A late run stretches its co-tenants' timelines too (they share the slowdown), but
         # only measured slowdowns decide when a landmark counts as crossed unseen: a run's own
         # lower bound would otherwise keep postponing the skip of a landmark it never crosses.
@@ -223,7 +194,7 @@ class Foresight:
                   for live, (_p, _b, progress) in zip(lives, plans)]
         self._slowdowns[device_key] = device_slowdown([s[0] if s is not None and s[1] else None for s in speeds])
         slowdown = device_slowdown([None if s is None else s[0] for s in speeds])
-        states = [self._state(proc, live, plan, now, slowdown) for proc, live, plan in zip(domain.processes, lives, plans)]
+        states = [self.planner.state(proc, live, plan, now, slowdown) for proc, live, plan in zip(domain.processes, lives, plans)]
         window = self._trend(device_key, now, used)
         other = (used or 0) - sum(s.used_bytes for s in states)
         forecast = forecast_device(states, capacity, other, interval, slowdown)
@@ -244,100 +215,8 @@ class Foresight:
         ]
         return device, rows
 
-    def _plan(self, live: _Live, capacity: int | None, slowdown: float, interval: float):
-        """(profile, basis, progress) of a live run: the profile it follows, if any (see basis.py)."""
-        run = live.run
-        profile, basis = self._usable(run.key), "learned"
-        if profile is None:
-            profile, basis = self._scaled(run.key, capacity), "scaled"
-            if profile is not None and not follows(profile, run.peak_bytes, run.last_age, slowdown):
-                profile = self._calibrated(live, profile, slowdown)
-        if profile is None or not follows(profile, run.peak_bytes, run.last_age, slowdown):
-            return None, "", None
-        progress = live.progress
-        if progress is None or progress.profile is not profile:  # first look, or the profile learned more
-            progress = live.progress = RunProgress(profile)
-            peak = 0
-            for age, value in run.points:
-                peak = max(peak, value)
-                progress.feed(age, value, peak, slowdown, interval)
-        elif run.points and run.points[-1][0] > live.fed_age:
-            age, value = run.points[-1]
-            progress.feed(age, value, run.peak_bytes, slowdown, interval)
-        live.fed_age = run.points[-1][0] if run.points else 0.0
-        if progress.smaller:
-            return None, "", None
-        return profile, basis, progress
-
-    @staticmethod
-    def _calibrated(live: _Live, profile: WorkloadProfile, slowdown: float) -> WorkloadProfile | None:
-        """A profile learned on another size, rescaled to the level this run holds steady at.
-
-        Whether a workload scales with its device was a guess (basis.scaled_profile); a run
-        that holds steady at a level its profile also holds at that age says by how much it
-        really differs. Kept for the run once made, so its landmarks stay put.
-        """
-        made = live.calibrated
-        if made is not None and made[0] is profile:
-            return made[1]
-        run = live.run
-        if not run.points or not is_steady(run.points, run.points[-1][1]):
-            return None
-        new = calibrated_profile(profile, run.points[-1][1], run.last_age / slowdown)
-        if new is not None:
-            live.calibrated = (profile, new)
-        return new
-
-    def _state(self, proc: ProcessInfo, live: _Live, plan, now: float, slowdown: float) -> ProcessState:
-        """The forecast's view of one process, on the best basis it has (see forecast.py)."""
-        profile, basis, progress = plan
-        run, used = live.run, proc.used_memory_bytes or 0
-        age = run.age(now)
-        declared = self._declared(proc)
-        if profile is not None:
-            speed = progress.slowdown(age, slowdown)
-            return ProcessState(proc.pid, used, age, profile, progress.position(age, speed), speed, basis,
-                                declared or 0, steady=is_steady(run.points, used))
-        slope, horizon = self._run_trend(live)
-        basis = "declared" if declared else "trend" if slope > 0 else "current"
-        return ProcessState(proc.pid, used, age, basis=basis, floor_bytes=declared or 0,
-                            trend_bytes_per_second=slope, trend_seconds=horizon)
-
-    @staticmethod
-    def _run_trend(live: _Live) -> tuple[float, float]:
-        """basis.trend() of a run, refreshed every TREND_REFRESH seconds of its age (a line
-        fitted on minutes of samples does not change from one poll to the next)."""
-        run = live.run
-        cached = live.trend
-        if cached is None or run.last_age - cached[0] >= TREND_REFRESH or run.last_age < cached[0]:
-            cached = live.trend = (run.last_age, trend(run.points, run.last_age) if run.samples >= 4 else (0.0, 0.0))
-        return cached[1]
-
-    def _scaled(self, key: str, capacity: int | None) -> WorkloadProfile | None:
-        """This workload's profile learned on another device size, scaled to ``capacity``."""
-        others = self._sizes.get(workload_of(key))
-        if not others:
-            return None
-        candidates = [self.profiles[k] for k in others if k != key and k in self.profiles]
-        cache_key = (key, capacity, tuple((p.key, p.updated_at) for p in candidates))
-        cached = self._scaled_cache.get(key)
-        if cached is None or cached[0] != cache_key:
-            cached = self._scaled_cache[key] = (cache_key, scaled_profile(candidates, capacity))
-        return cached[1]
-
-    def _declared(self, proc: ProcessInfo) -> int | None:
-        """Bytes the process declared in its environment, cached per declaration."""
-        cache_key = (proc.environ or {}).get(DECLARED_VAR, "")
-        if not cache_key:
-            return None
-        if cache_key not in self._declared_cache:
-            if len(self._declared_cache) > 10000:  # pids churn; the cache only saves re-parsing
-                self._declared_cache.clear()
-            self._declared_cache[cache_key] = declared_bytes(proc.environ or {})
-        return self._declared_cache[cache_key]
-
     def _track(self, run_id: RunId, proc: ProcessInfo, now: float, domain: MemoryDomain,
-               sim_time: float | None) -> _Live:
+               sim_time: float | None) -> LiveRun:
         """The watch of a live process, created on first sight, with this poll's sample added."""
         capacity, used = domain.capacity_bytes, domain.used_bytes
         fill = used / capacity if capacity and used is not None else 0.0
@@ -347,7 +226,7 @@ class Foresight:
         if live is None or live.run.key != key:  # a new process, or its pid now runs another workload
             start, watched = self._start_of(proc, now, sim_time)
             run = RunRecorder(key, start, watched, capacity)
-            live = self._live[run_id] = _Live(run, now, fill, neighbours)
+            live = self._live[run_id] = LiveRun(run, now, fill, neighbours)
         if proc.used_memory_bytes is not None:
             live.run.add(now, proc.used_memory_bytes)
         live.last_seen, live.device_fill, live.neighbours = now, fill, neighbours
@@ -382,10 +261,6 @@ class Foresight:
                 self._keys.clear()
             key = self._keys[cache_key] = workload_key(proc.cmdline, proc.name, proc.environ, self.rules)
         return key
-
-    def _usable(self, key: str) -> WorkloadProfile | None:
-        profile = self.profiles.get(key)
-        return profile if profile is not None and profile.usable else None
 
     def _trend(self, device: tuple[str, int | None], now: float, used: int | None) -> list[tuple[float, int]]:
         """Append this poll's use to the device's trend window; the window (Unix s, bytes)."""
@@ -429,13 +304,13 @@ class Foresight:
         if self.profiles.get(profile.key) is not profile:
             self.profiles[profile.key] = profile
             self._dirty.add(profile.key)
-            self._sizes.setdefault(workload_of(profile.key), set()).add(profile.key)
+            self.planner.index(profile.key)
         excess = len(self.profiles) - self.max_profiles
         if excess > 0:
             for key in sorted(self.profiles, key=lambda k: self.profiles[k].updated_at)[:excess]:
                 del self.profiles[key]
                 self._dirty.discard(key)
-                self._sizes.get(workload_of(key), set()).discard(key)
+                self.planner.forget(key)
 
     def _persist(self, now: float | None, force: bool) -> None:
         """Every persist_interval (or when forced): learn from running runs, save changed profiles."""
