@@ -28,6 +28,8 @@ def profile(key: str, peak: int, device: int, timeline=None) -> WorkloadProfile:
     ("8B fp16", rule_sized_bytes(8e9, "fp16")),
     ("70b int4", rule_sized_bytes(70e9, "int4")),
     ("350M", rule_sized_bytes(350e6, "fp16")),  # precision defaults to half
+    ("8B", rule_sized_bytes(8e9, "fp16")),  # eight billion parameters, not eight bytes
+    ("2GB", 2 * 10**9),
     ("lots", None),  # unusable: ignored, not an error that stops the exporter
     ("8B fp13", None),
     ("", None),

@@ -23,14 +23,13 @@ In the order the foresight tries them (exporter.foresight.forecast lists them al
 from __future__ import annotations
 
 import math
-import re
 from bisect import bisect_left
 from dataclasses import replace
 from typing import Mapping, Sequence
 
 from exporter.foresight.forecast import STEADY_BAND, STEADY_SECONDS
 from exporter.foresight.profiles import WorkloadProfile
-from exporter.sizing import PRECISION_BYTES, rule_sized_bytes
+from exporter.sizing import PRECISION_BYTES, parse_params, rule_sized_bytes
 from exporter.units import parse_bytes
 
 DECLARED_VAR = "GPUSHARE_EXPECTED_PEAK"
@@ -43,9 +42,7 @@ TREND_MIN_GROWTH = 64 * 2**20  # bytes the fitted line must rise over the stretc
 TREND_MAX_SECONDS = 300.0  # a straight line is worth this much of the future, no more
 TREND_MIN_AGE = 120.0  # seconds a run must have lasted before its growth is taken as a trend
 
-# A parameter count with an optional precision: "8B", "8b fp16", "70B int4", "350M bf16".
-_PARAMS_DECLARED = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmbt])\s*(?:params?)?\s*([a-z0-9]+)?\s*")
-_PARAM_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+_PARAM_LETTERS = ("k", "m", "b", "t")  # "8B fp16", "70b int4", "350M": parameters, never bytes
 
 
 def workload_of(profile_key: str) -> str:
@@ -95,22 +92,26 @@ def calibrated_profile(profile: WorkloadProfile, used: int, position: float) -> 
 
 def declared_bytes(environ: Mapping[str, str]) -> int | None:
     """Bytes a process declared it will need (see module docstring); None when it did not
-    or the declaration is unusable (docs/foresight.md: an unusable declaration is ignored)."""
+    or the declaration is unusable (docs/foresight.md: an unusable declaration is ignored).
+
+    A count with a one-letter suffix (``8B``, ``70B int4``, ``350M``) is a parameter count:
+    ``8B`` is eight billion parameters, not eight bytes. Anything else is a size (``30GiB``).
+    """
     raw = environ.get(DECLARED_VAR, "").strip()
     if not raw:
         return None
+    tokens = raw.lower().split()
+    if len(tokens) <= 2 and tokens[0][-1:] in _PARAM_LETTERS and tokens[0][:-1].replace(".", "", 1).isdigit():
+        precision = tokens[1] if len(tokens) == 2 else "fp16"
+        try:
+            params = parse_params(tokens[0])
+        except ValueError:
+            return None
+        return rule_sized_bytes(params, precision) if precision in PRECISION_BYTES else None
     try:
         return parse_bytes(raw)
     except ValueError:
-        pass
-    match = _PARAMS_DECLARED.fullmatch(raw.lower())
-    if match is None:
         return None
-    params = float(match.group(1)) * _PARAM_SUFFIX[match.group(2)]
-    precision = match.group(3) or "fp16"
-    if precision not in PRECISION_BYTES or not 0 < params <= 1e15:
-        return None
-    return rule_sized_bytes(params, precision)
 
 
 def trend(points: Sequence[tuple[float, int]], age: float) -> tuple[float, float]:

@@ -13,8 +13,6 @@ Errors are UserError naming the file and the path inside it.
 
 from __future__ import annotations
 
-import math
-import re
 from collections import Counter
 from functools import lru_cache
 from pathlib import Path
@@ -25,17 +23,16 @@ from exporter import catalog
 from exporter.errors import UserError
 from exporter.inputs import value_problem
 from exporter.recommend.demand import PRECISION_BYTES, Demand, FleetGpu, Workload, rule_sized_bytes
+from exporter.sizing import parse_params
 from exporter.units import parse_bytes, parse_duration
 
 TOP_KEYS = {"gpu_model", "gpu_models", "margin", "fleet", "workloads"}
 WORKLOAD_KEYS = {"name", "count", "memory", "params", "precision", "timeline", "compute_sms",
                  "compute", "tensor", "gpu_model", "margin"}
 FLEET_KEYS = {"node", "gpu_model", "gpus", "layout"}
-_PARAM_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 MIN_BARE_BYTES = 2**20  # a bare number below 1 MiB is surely GB meant, not bytes
 MAX_SIZE_BYTES = 2**50  # 1 PiB: far beyond any GPU; larger is a typo (or 1e400)
 MAX_COUNT = 100_000  # instances of one workload, GPUs of one fleet entry
-MAX_PARAMS = 1e15
 
 
 def load_plan(path: str) -> Demand:
@@ -162,16 +159,10 @@ def _size(value, where, fail, allow_zero: bool = False) -> int:
 
 
 def _params(value, where, fail) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        count = float(value)
-    else:
-        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmbgt]?)\s*", str(value).lower())
-        if not match:
-            fail(where, f"expected a parameter count such as 8B, 7.5B, 350M or 8e9, got {value!r}")
-        count = float(match.group(1)) * _PARAM_SUFFIX[match.group(2)]
-    if not math.isfinite(count) or not 0 < count <= MAX_PARAMS:
-        fail(where, f"expected a parameter count above 0 and at most {MAX_PARAMS:g}, got {value!r}")
-    return count
+    try:
+        return parse_params(value)
+    except ValueError as exc:
+        fail(where, str(exc))
 
 
 def _timeline(value, where, fail):
