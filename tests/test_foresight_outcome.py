@@ -75,7 +75,7 @@ def test_warning_needs_the_rules_for_and_its_outcome_waits_for_the_grace():
     assert outcomes.rows() == ((0, "GPU-x", 0, 0, 0, 0),)
     for t in (100.0, 100.0 + WARNING_FOR):
         outcomes.forecast(device, -1, t)
-    assert outcomes.warning_up(device, 100.0 + WARNING_FOR)
+    assert outcomes.warning_up(device)
     outcomes.forecast(device, 5, 140.0)
     outcomes.settle(150.0)
     assert outcomes.rows()[0][4:] == (0, 0)  # still within the grace: a kill may follow

@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.foresight.profiles import (
+    timeline_level,
     RECENT_RUNS,
     MAX_TIMELINE_STEPS,
     RunRecorder,
@@ -137,3 +138,12 @@ def test_long_runs_keep_bounded_samples():
     run = watched_run(step=1.0, duration=6 * 3600.0, memory=lambda a: int(a) * 1000)
     assert len(run.points) <= 512
     assert run.peak_bytes == (6 * 3600 - 1) * 1000
+
+
+def test_timeline_level_reads_the_step_in_force():
+    """At a step's start the new level counts, just before it (a run waiting at a rise) the old one does."""
+    steps = ((0.0, 1 * GiB), (20.0, 22 * GiB), (480.0, 33 * GiB))
+    assert timeline_level(steps, 100.0) == 22 * GiB
+    assert timeline_level(steps, 480.0) == 33 * GiB
+    assert timeline_level(steps, 480.0, before=True) == 22 * GiB
+    assert timeline_level(steps, -5.0) == 1 * GiB and timeline_level((), 10.0) == 0

@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import Mapping, Sequence
 
 from exporter.foresight.forecast import STEADY_BAND, STEADY_SECONDS
-from exporter.foresight.profiles import WorkloadProfile
+from exporter.foresight.profiles import WorkloadProfile, timeline_level
 from exporter.sizing import PRECISION_BYTES, parse_params, rule_sized_bytes
 from exporter.units import parse_bytes
 
@@ -76,11 +76,7 @@ def calibrated_profile(profile: WorkloadProfile, used: int, position: float) -> 
     None when the profile holds under a quarter of its peak there (loading: too steep to
     compare) or the ratio is beyond CALIBRATION_LIMIT either way (another kind of run).
     """
-    level = 0
-    for age, value in profile.timeline:
-        if age > position:
-            break
-        level = value
+    level = timeline_level(profile.timeline, position)
     if level < profile.peak_bytes / 4 or used <= 0:
         return None
     ratio = used / level

@@ -15,8 +15,10 @@ process p's expected memory ``tau`` seconds from now. How m_p is obtained is its
   ends when its profile says it ends. It drops to zero when the learned run ended; a run
   already past that is expected to last as long again as it is late (bounded by evidence,
   not for ever).
-- ``declared``: a size the user declared (or the LLM sizing rule), held for the run's life.
-- ``trend``: the run's own recent growth, extrapolated for as long again as it has run.
+- ``declared``: a size the process declared (GPUSHARE_EXPECTED_PEAK: bytes, or parameters
+  through the LLM sizing rule), held for the run's life.
+- ``trend``: the run's own steady growth, extrapolated for a quarter of its age (at most
+  5 minutes; exporter.foresight.basis.trend).
 - ``current``: none of these; counted at what it uses now, for ever.
 
 This is why three jobs that peak in their last 30 s collide when started together but not
@@ -30,7 +32,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from exporter.foresight.profiles import PEAK_BAND, WorkloadProfile
+from exporter.foresight.profiles import PEAK_BAND, WorkloadProfile, timeline_level
 from exporter.foresight.progress import LATE_FACTOR
 
 HORIZON_SECONDS = 6 * 3600.0  # ignore anything predicted further ahead
@@ -81,9 +83,12 @@ class DeviceForecast:
         return self.capacity_bytes - self.peak_demand_bytes
 
 
-def expected_peak(p: ProcessState) -> int:
-    """The most the process is expected to hold over the rest of its life (bytes)."""
-    steps, _end = process_curve(p)
+def expected_peak(p: ProcessState, curve: Curve | None = None) -> int:
+    """The most the process is expected to hold over the rest of its life (bytes).
+
+    ``curve``: its process_curve() when already computed (forecast_device has them all).
+    """
+    steps, _end = curve if curve is not None else process_curve(p)
     return max([p.used_bytes] + [v for _, v in steps])
 
 
@@ -148,11 +153,7 @@ def _level_ratio(profile: WorkloadProfile, timeline, position: float, used: int,
     level it is on), and only for a run whose use is steady (a run still loading, later than
     its position says, is not smaller).
     """
-    level = 0
-    for age, value in timeline:
-        if age >= position and level:
-            break
-        level = value
+    level = timeline_level(timeline, position, before=True)
     if not steady or level < PEAK_BAND * profile.peak_bytes or not 0 < used < level:
         return 1.0
     return max(used / level, 1 / MATCH_TOLERANCE)
@@ -214,7 +215,7 @@ def forecast_device(
     curves = [process_curve(p, grace) for p in processes]
     totals = demand_profile(curves, other_bytes)
     peak_demand = max(total for _, total in totals)
-    peaks = {p.pid: max([p.used_bytes] + [v for _, v in c[0]]) for p, c in zip(processes, curves)}
+    peaks = {p.pid: expected_peak(p, c) for p, c in zip(processes, curves)}
     peak_sum = other_bytes + sum(peaks.values())
     contention_in = None
     at_contention: dict[int, int] = {}

@@ -68,7 +68,7 @@ class Outcomes:
         else:
             counts.gpu = index
 
-    def warning_up(self, device: Device, now: float) -> bool:
+    def warning_up(self, device: Device) -> bool:
         """True when the contention warning of a device was up at its last forecast."""
         warning = self._warnings.get(device)
         return warning is not None and warning.up_since is not None

@@ -83,6 +83,20 @@ class WorkloadProfile:
         )
 
 
+def timeline_level(timeline: Timeline, age: float, before: bool = False) -> int:
+    """The value of the step in force at ``age`` (bytes; the first step's before it starts).
+
+    ``before``: the step in force just before ``age``, so a step starting exactly there is not
+    counted yet (a run waiting at a rise is on the level below it).
+    """
+    level = timeline[0][1] if timeline else 0
+    for start, value in timeline:
+        if start > age or (before and start >= age):
+            break
+        level = value
+    return level
+
+
 def compact_envelope(points: list[tuple[float, int]] | Timeline, max_steps: int) -> Timeline:
     """At most ``max_steps`` steps that are >= the input steps at every age.
 

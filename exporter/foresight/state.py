@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 from exporter.foresight.basis import workload_of
-from exporter.foresight.forecast import exhaustion_eta, expected_peak, forecast_device
+from exporter.foresight.forecast import exhaustion_eta, forecast_device
 from exporter.foresight.outcome import FULL_FRACTION, Outcomes
 from exporter.foresight.profiles import RunRecorder, WorkloadProfile, learn_run, learn_running
 from exporter.foresight.progress import device_slowdown
@@ -208,7 +208,7 @@ class Foresight:
             ProcessRow(gpu.index, gpu.uuid, proc.gi, proc.pid, proc.name, process_sharing(gpu, proc),
                        workload_label(workload_of(live.run.key)),
                        None if proc.used_memory_bytes is None and state.profile is None and not state.floor_bytes
-                       else forecast.peaks.get(proc.pid, expected_peak(state)),
+                       else forecast.peaks[proc.pid],
                        forecast.at_contention_bytes.get(proc.pid) if contended else None,
                        proc.namespace, proc.pod, proc.container, proc.replica, state.basis)
             for proc, state, live in zip(domain.processes, states, lives)
@@ -288,7 +288,7 @@ class Foresight:
                 killed = (uuid, "" if gi is None else str(gi)) in oom_devices
                 full = (live.device_fill >= FULL_FRACTION and live.neighbours >= 2) or live.limit_fill >= FULL_FRACTION
                 truncated = killed or full
-                warned = self.outcomes.warning_up((uuid, gi), now)
+                warned = self.outcomes.warning_up((uuid, gi))
                 early = live.ends_at is not None and now < live.ends_at
                 self.outcomes.vanished((uuid, gi), full or (warned and early), warned, now)
                 old = self.profiles.get(live.run.key)
