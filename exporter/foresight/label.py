@@ -28,13 +28,18 @@ _HF_ID = re.compile(r"[\w.-]+/[\w.-]+")  # org/name, as model hubs spell models
 _DEVICE_SIZE = re.compile(r"(.*?)(@\d+GiB)", re.S)
 
 
+def key_digest(key: str) -> str:
+    """HASH_LENGTH hex digits of the key's SHA-1: what keeps shortened keys and labels apart."""
+    return hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()[:HASH_LENGTH]
+
+
 def shorten(key: str, limit: int) -> str:
     """``key`` if it is at most ``limit`` characters of single-spaced text, else a readable
     ``<informative part>~<8 hex of sha1(key)>`` of at most ``limit`` characters."""
     cleaned = " ".join(key.split())
     if len(cleaned) <= limit and cleaned == key:
         return key
-    digest = hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()[:HASH_LENGTH]
+    digest = key_digest(key)
     budget = limit - HASH_LENGTH - 1
     match = _DEVICE_SIZE.fullmatch(cleaned)
     body, size = (match.group(1), match.group(2)) if match else (cleaned, "")

@@ -17,7 +17,6 @@ Keys may be long; :func:`workload_label` turns one into a short, stable label va
 
 from __future__ import annotations
 
-import hashlib
 from functools import lru_cache
 import re
 import shlex
@@ -25,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from exporter.errors import UserError
-from exporter.foresight.label import shorten
+from exporter.foresight.label import key_digest, shorten
 from exporter.redact import redact_cmdline
 
 # Flag names (split on "_") whose value changes from run to run of the same job.
@@ -264,5 +263,5 @@ def _bounded(key: str, limit: int) -> str:
     cleaned = " ".join(key.split())
     if len(cleaned) <= limit and cleaned == key:
         return key
-    digest = hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-    return f"{cleaned[: limit - 9]}~{digest}"
+    digest = key_digest(key)
+    return f"{cleaned[: limit - len(digest) - 1]}~{digest}"
