@@ -126,3 +126,28 @@ def test_first_run_declared_size_and_trend():
     assert peaks[401] == 40 * GiB
     assert peaks[402] > 10 * GiB + 395 * 50 * 2**20  # above what it uses now: it keeps growing
     assert {r.pid: r.basis for r in results[5].processes}[402] == "current"  # 25 s old: loading, no trend yet
+
+
+def test_declared_size_travels_from_the_process_environment_to_the_scrape(tmp_path):
+    """Two never-seen servers on an H100 under MPS, each declaring 45 GiB in its environment
+    (as a pod annotation through the downward API would): read from the simulated /proc by the
+    real backend, forecast as `declared`, and scraped with basis="declared" at the overflow."""
+    scenario = tmp_path / "declared.yaml"
+    scenario.write_text(
+        "name: declared\nduration: 5m\ngpus:\n  - model: H100-80GB\n    mps: true\n"
+        "processes:\n"
+        + "".join(
+            f"  - {{pid: {pid}, name: python3, cmdline: python3 serve.py --port {pid}, gpu: 0, start: 0s,\n"
+            f"     memory: [[+0s, 1GiB], [+20s, 20GiB]], env: {{GPUSHARE_EXPECTED_PEAK: 45GiB}}}}\n"
+            for pid in (5001, 5002)))
+    foresight = Foresight()
+    play(foresight, load_scenario(scenario), 60.0)
+    result = foresight.result()
+    assert {r.basis for r in result.processes} == {"declared"}
+    (device,) = result.devices
+    assert device.forecast.contention_in_seconds == 0.0  # 2 x 45 GiB > 79 GiB from the start
+    registry = registry_of(foresight)
+    labels = {"gpu": "0", "uuid": device.uuid, "gi": "", "pid": "5001", "process": "python3", "sharing": "mps",
+              "workload": result.processes[0].workload, "namespace": "", "pod": "", "container": "",
+              "basis": "declared"}
+    assert registry.get_sample_value("gpushare_process_memory_expected_at_contention_bytes", labels) == 45 * GiB
