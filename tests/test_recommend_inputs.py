@@ -7,6 +7,7 @@ import io
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
@@ -377,7 +378,12 @@ def test_from_uses_what_the_exporter_learned(tmp_path):
     with start_exporter(scenario, speed=10, interval=0.5) as exporter:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            doc = json.loads(urllib.request.urlopen(exporter.url + "/api/v1/snapshot", timeout=5).read())
+            try:
+                doc = json.loads(urllib.request.urlopen(exporter.url + "/api/v1/snapshot", timeout=5).read())
+            except urllib.error.HTTPError as exc:  # 503 until the first poll is in (slow on a loaded machine)
+                assert exc.code == 503, exc
+                time.sleep(0.2)
+                continue
             if doc["simulation"]["time_seconds"] >= 40:
                 break
             time.sleep(0.2)
