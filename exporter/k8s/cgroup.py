@@ -8,7 +8,12 @@ line per hierarchy, ``ID:controllers:path``), v2 (``0::path``) and hybrid hosts:
   the scope is ``cri-containerd-<id>.scope`` (containerd), ``crio-<id>.scope`` (CRI-O; its
   sibling ``crio-conmon-<id>.scope`` holds conmon and is never a container) or
   ``docker-<id>.scope`` (cri-dockerd); CRI-O may add a ``container`` leaf below its scope.
-- cgroupfs driver: ``/kubepods/burstable/pod<uid>/<64 hex id>``.
+- cgroupfs driver: ``/kubepods/burstable/pod<uid>/<64 hex id>``; CRI-O names the container
+  ``crio-<id>`` there, with no ``.scope`` (cri-o#812), and its sandbox under systemd is
+  ``crio-<id>`` without ``.scope`` as well (OpenShift, containerd/nri#227).
+- the runtime's systemd ``<slice>:<prefix>:<id>`` cgroupsPath written as one directory name
+  (``kubepods-besteffort-pod<uid>.slice:cri-containerd:<id>``), as containerd and CRI-O leave it
+  when runc's cgroupfs manager receives it (opentelemetry-java#4507, elastic apm-agent-nodejs#3550).
 - a ``--cgroup-root`` prefix (kind's ``/kubelet.slice/kubelet-kubepods.slice/...``).
 - paths seen from inside a cgroup namespace start with ``../`` entries: matching is on path
   components anywhere in the path, never on a leading ``/kubepods``.
@@ -29,12 +34,17 @@ _POD = re.compile(
     rf"(?:^|-)pod(?P<uid>[{_HEX}]{{8}}[-_][{_HEX}]{{4}}[-_][{_HEX}]{{4}}[-_][{_HEX}]{{4}}[-_][{_HEX}]{{12}}"
     rf"|[{_HEX}]{{32}})(?:\.slice)?$"
 )
-# Container scopes by runtime; crio-conmon-<id> is deliberately not matched.
+# Container scopes by runtime; crio-conmon-<id> is deliberately not matched (64 hex digits must
+# follow the prefix). ``.scope`` is optional: CRI-O's cgroupfs containers and its systemd sandboxes
+# have none.
 _SCOPES = (
-    (re.compile(rf"^cri-containerd-(?P<id>[{_HEX}]{{64}})\.scope$"), "containerd"),
-    (re.compile(rf"^crio-(?P<id>[{_HEX}]{{64}})\.scope$"), "cri-o"),
-    (re.compile(rf"^docker-(?P<id>[{_HEX}]{{64}})\.scope$"), "docker"),
+    (re.compile(rf"^cri-containerd-(?P<id>[{_HEX}]{{64}})(?:\.scope)?$"), "containerd"),
+    (re.compile(rf"^crio-(?P<id>[{_HEX}]{{64}})(?:\.scope)?$"), "cri-o"),
+    (re.compile(rf"^docker-(?P<id>[{_HEX}]{{64}})(?:\.scope)?$"), "docker"),
 )
+# The runtime's systemd cgroupsPath "<slice>:<prefix>:<id>" kept as a single directory name.
+_SYSTEMD_TRIPLE = re.compile(rf"^(?P<slice>[^:]+):(?P<prefix>[^:]+):(?P<id>[{_HEX}]{{64}})$")
+_PREFIX_RUNTIME = {"cri-containerd": "containerd", "crio": "cri-o", "docker": "docker"}
 _BARE_ID = re.compile(rf"^[{_HEX}]{{64}}$")  # cgroupfs driver: the container id is the component
 
 
@@ -56,6 +66,14 @@ def _from_path(path: str) -> CgroupRef | None:
     runtime = ""
     for component in path.split("/"):
         if not component or component == "..":
+            continue
+        triple = _SYSTEMD_TRIPLE.match(component)
+        if triple is not None:
+            slice_pod = _POD.search(triple.group("slice"))
+            if slice_pod is not None:
+                pod_uid = slice_pod.group("uid").replace("_", "-")
+            container_id = triple.group("id")
+            runtime = _PREFIX_RUNTIME.get(triple.group("prefix"), "")
             continue
         match = _POD.search(component)
         if match is not None:

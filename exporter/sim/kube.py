@@ -26,6 +26,7 @@ from exporter.sim.model import PodSpec, Scenario
 HOST_CGROUP = "0::/user.slice/user-1000.slice/session-1.scope\n"  # a process outside Kubernetes
 _SCHEMES = {"containerd": "containerd://", "cri-o": "cri-o://", "docker": "docker://"}
 _SCOPES = {"containerd": "cri-containerd-{}.scope", "cri-o": "crio-{}.scope", "docker": "docker-{}.scope"}
+_TRIPLE_PREFIX = {"containerd": "cri-containerd", "cri-o": "crio", "docker": "docker"}
 _QOS = {"guaranteed": "Guaranteed", "burstable": "Burstable", "besteffort": "BestEffort"}
 # cgroup v1 hierarchies of a typical host, as /proc/<pid>/cgroup lists them (highest id first).
 _V1_CONTROLLERS = ("hugetlb", "cpuset", "memory", "devices", "pids", "net_cls,net_prio", "perf_event",
@@ -37,10 +38,17 @@ def cgroup_path(pod: PodSpec) -> str:
     qos = "" if pod.qos == "guaranteed" else pod.qos
     cid = pod.container_id
     if pod.cgroup_driver == "cgroupfs":
-        parts = ["kubepods"] + ([qos] if qos else []) + [f"pod{pod.uid}", cid]
+        # CRI-O names its containers crio-<id> under cgroupfs too, without .scope (cri-o#812);
+        # containerd and docker use the bare id.
+        leaf = f"crio-{cid}" if pod.runtime == "cri-o" else cid
+        parts = ["kubepods"] + ([qos] if qos else []) + [f"pod{pod.uid}", leaf]
         return "/" + "/".join(parts)
     uid = pod.uid.replace("-", "_")  # systemd slice names cannot hold '-' inside a component
     prefix = "kubepods" + (f"-{qos}" if qos else "")
+    if pod.cgroup_driver == "systemd-literal":
+        # The runtime's systemd cgroupsPath "<slice>:<prefix>:<id>" left as one directory name
+        # (runc's cgroupfs manager given a systemd path: opentelemetry-java#4507).
+        return f"/{prefix}-pod{uid}.slice:{_TRIPLE_PREFIX[pod.runtime]}:{cid}"
     parts = ["kubepods.slice"] + ([f"kubepods-{qos}.slice"] if qos else []) + [f"{prefix}-pod{uid}.slice"]
     parts.append(_SCOPES[pod.runtime].format(cid))
     return "/" + "/".join(parts)

@@ -18,7 +18,7 @@ from exporter.sim.scenario_fields import as_int, as_str, check_keys, fail, item,
 POD_KEYS = ("namespace", "name", "container", "uid", "runtime", "cgroup_driver", "cgroup_version", "qos",
             "resource", "node")
 RUNTIMES = ("containerd", "cri-o", "docker")
-DRIVERS = ("systemd", "cgroupfs")
+DRIVERS = ("systemd", "cgroupfs", "systemd-literal")
 QOS_CLASSES = ("guaranteed", "burstable", "besteffort")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
