@@ -201,8 +201,8 @@ def test_background_allocations_refresh_and_survive_a_kubelet_restart(tmp_path, 
 
 def test_wire_format_matches_the_kubelet_proto(tmp_path):
     """Bytes from classes protoc generates for the kubelet's full v1 messages (with every field the
-    exporter does not declare: cpu ids, memory, topology, dynamic resources) decode to the same
-    allocations."""
+    exporter does not declare: cpu ids, memory, topology) decode to the same allocations, and the
+    DRA claim (dynamic_resources) decodes to an allocation of the claim's device."""
     grpc_tools = pytest.importorskip("grpc_tools.protoc")
     proto = tmp_path / "api.proto"
     proto.write_text(KUBELET_PROTO)
@@ -226,7 +226,8 @@ sys.stdout.buffer.write(r.SerializeToString())
 
     pods, devices = decode(ListResponse.FromString(data))
     assert [(p.namespace, p.pod, p.containers) for p in pods] == [("ml", "trainer-0", ("main",))]
-    assert [(d.container, d.resource, d.device_ids) for d in devices] == [("main", "nvidia.com/gpu", ("GPU-aaaa::1",))]
+    assert [(d.container, d.resource, d.device_ids, d.claim) for d in devices] == [
+        ("main", "nvidia.com/gpu", ("GPU-aaaa::1",), ""), ("main", "gpu.nvidia.com", ("gpu-0",), "ml/gpu-claim")]
 
 
 # The kubelet's pkg/apis/podresources/v1 messages (field numbers from dcgm_k8s_facts.md B1).

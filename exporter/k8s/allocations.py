@@ -25,13 +25,20 @@ MIN_REFRESH_SECONDS = 1.0  # wake() never makes it ask more often than this
 
 @dataclass(frozen=True)
 class ContainerDevices:
-    """Devices of one extended resource allocated to one container."""
+    """Devices of one extended resource, or of one DRA claim, allocated to one container.
+
+    For a device plugin, ``resource`` is the extended resource (``nvidia.com/gpu``) and
+    ``device_ids`` the plugin's ids. For Dynamic Resource Allocation, ``resource`` is the DRA
+    driver (``gpu.nvidia.com``), ``device_ids`` the driver's device names (``gpu-0``,
+    ``gpu-0-mig-1g10gb-19-0``) and ``claim`` the ResourceClaim as ``namespace/name``.
+    """
 
     namespace: str
     pod: str
     container: str
     resource: str
     device_ids: tuple[str, ...]
+    claim: str = ""  # "" for device-plugin allocations
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,14 @@ The message types are declared here from the field numbers of the kubelet's ``ap
 (``pkg/apis/podresources/v1``) and built at import time with protobuf's descriptor pool, so
 there is no generated ``*_pb2.py`` to keep in step with the installed protobuf runtime.
 Only the fields the exporter reads are declared; protobuf skips the others (cpu ids, memory,
-topology, dynamic resources) on decoding.
+topology) on decoding.
+
+Dynamic Resource Allocation (``ContainerResources.dynamic_resources``, gate
+``KubeletPodResourcesDynamicResources``, beta 1.34): each ``DynamicResource`` is one
+ResourceClaim (name, namespace) and its ``ClaimResource`` entries name the allocated devices
+by DRA driver, pool and device name. Claims of NVIDIA's GPU DRA driver (``gpu.nvidia.com``)
+become allocations like the device plugin's, keyed by the driver's device names; other
+drivers' claims (NICs, IMEX channels, ``compute-domain.nvidia.com``) are not GPUs and are skipped.
 
 :func:`serve` runs the same service for the simulator and the tests, so a fake kubelet and
 the client share one definition of the wire format.
@@ -17,6 +24,7 @@ the client share one definition of the wire format.
 
 from __future__ import annotations
 
+import uuid
 from concurrent import futures
 from typing import Callable, Iterable
 
@@ -35,6 +43,9 @@ _MESSAGE = descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
 _REPEATED = descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
 _OPTIONAL = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
 
+# DRA drivers whose devices are this host's GPUs and MIG instances (NVIDIA k8s-dra-driver-gpu).
+GPU_DRA_DRIVERS = ("gpu.nvidia.com",)
+
 # message -> ((field, number, type, repeated, message type), ...)
 _MESSAGES = {
     "ListPodResourcesRequest": (),
@@ -47,10 +58,27 @@ _MESSAGES = {
     "ContainerResources": (
         ("name", 1, _STRING, False, None),
         ("devices", 2, _MESSAGE, True, "ContainerDevices"),
+        ("dynamic_resources", 5, _MESSAGE, True, "DynamicResource"),
     ),
     "ContainerDevices": (
         ("resource_name", 1, _STRING, False, None),
         ("device_ids", 2, _STRING, True, None),
+    ),
+    # Field 1 (class_name) was removed in 1.31; 2..4 are stable since.
+    "DynamicResource": (
+        ("claim_name", 2, _STRING, False, None),
+        ("claim_namespace", 3, _STRING, False, None),
+        ("claim_resources", 4, _MESSAGE, True, "ClaimResource"),
+    ),
+    "ClaimResource": (
+        ("cdi_devices", 1, _MESSAGE, True, "CDIDevice"),
+        ("driver_name", 2, _STRING, False, None),
+        ("pool_name", 3, _STRING, False, None),
+        ("device_name", 4, _STRING, False, None),
+        ("share_id", 5, _STRING, False, None),
+    ),
+    "CDIDevice": (
+        ("name", 1, _STRING, False, None),
     ),
 }
 
@@ -89,7 +117,24 @@ def decode(response) -> tuple[list[PodContainers], list[ContainerDevices]]:
                 if group.device_ids:
                     devices.append(ContainerDevices(pod.namespace, pod.name, container.name,
                                                     group.resource_name, tuple(group.device_ids)))
+            devices.extend(_claims(pod.namespace, pod.name, container))
     return pods, devices
+
+
+def _claims(namespace: str, pod: str, container) -> list[ContainerDevices]:
+    """The GPU devices of a container's DRA claims: one allocation per (claim, driver)."""
+    out: list[ContainerDevices] = []
+    for claim in container.dynamic_resources:
+        by_driver: dict[str, list[str]] = {}
+        for resource in claim.claim_resources:
+            if resource.driver_name in GPU_DRA_DRIVERS and resource.device_name:
+                names = by_driver.setdefault(resource.driver_name, [])
+                if resource.device_name not in names:
+                    names.append(resource.device_name)
+        for driver, names in by_driver.items():
+            out.append(ContainerDevices(namespace, pod, container.name, driver, tuple(names),
+                                        claim=f"{claim.claim_namespace or namespace}/{claim.claim_name}"))
+    return out
 
 
 class Client:
@@ -125,22 +170,39 @@ class PodResourcesError(Exception):
 Pod = tuple[str, str, Iterable[tuple[str, Iterable[tuple[str, Iterable[str]]]]]]
 
 
-def response_for(pods: Iterable[Pod]):
-    """A ListPodResourcesResponse from (namespace, pod, ((container, ((resource, ids), ...)), ...))."""
+def response_for(pods: Iterable[Pod], pool: str = "") -> object:
+    """A ListPodResourcesResponse from (namespace, pod, ((container, (group, ...)), ...)).
+
+    A group is ``(resource, ids)`` for a device plugin's allocation, or
+    ``(driver, device names, "namespace/claim")`` for a DRA claim, answered as the kubelet
+    does in ``dynamic_resources`` (``pool`` is the driver's pool: the node name for GPUs).
+    """
     response = ListResponse()
     for namespace, pod_name, containers in pods:
         pod = response.pod_resources.add(name=pod_name, namespace=namespace)
         for container_name, groups in containers:
             container = pod.containers.add(name=container_name)
-            for resource, ids in groups:
-                container.devices.add(resource_name=resource, device_ids=list(ids))
+            for group in groups:
+                resource, ids = group[0], group[1]
+                claim = group[2] if len(group) > 2 else ""
+                if not claim:
+                    container.devices.add(resource_name=resource, device_ids=list(ids))
+                    continue
+                claim_namespace, _, claim_name = claim.partition("/")
+                entry = container.dynamic_resources.add(claim_name=claim_name, claim_namespace=claim_namespace)
+                claim_uid = uuid.uuid5(uuid.NAMESPACE_URL, f"claim:{claim}")
+                for name in ids:
+                    # A CDI name of the shape <vendor>/<class>=<claim uid>-<device>; the exporter
+                    # never reads CDI names (they hold no GPU identity the device name lacks).
+                    entry.claim_resources.add(driver_name=resource, pool_name=pool, device_name=name,
+                                              cdi_devices=[{"name": f"k8s.{resource}/claim={claim_uid}-{name}"}])
     return response
 
 
-def serve(socket_path: str, pods: Callable[[], Iterable[Pod]]):
+def serve(socket_path: str, pods: Callable[[], Iterable[Pod]], pool: str = "sim-node"):
     """Serve ``List`` on a unix socket from ``pods()``; returns the started grpc server (``.stop(0)``)."""
     def handle(request, context):
-        return response_for(pods())
+        return response_for(pods(), pool)
 
     handler = grpc.method_handlers_generic_handler(SERVICE, {
         "List": grpc.unary_unary_rpc_method_handler(handle, request_deserializer=ListRequest.FromString,

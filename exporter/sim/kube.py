@@ -20,6 +20,7 @@ from typing import Any, Iterable
 from urllib.parse import parse_qs, urlsplit
 
 from exporter.k8s.allocations import ContainerDevices, PodContainers
+from exporter.k8s.devices import dra_mig_names
 from exporter.k8s.pods import CONFIG_HASH_ANNOTATION, PodIndex, pod_from_api
 from exporter.sim.model import PodSpec, Scenario
 
@@ -120,6 +121,19 @@ def _default_resource(device) -> str:
     return "nvidia.com/gpu"
 
 
+DRA_DRIVER = "gpu.nvidia.com"
+
+
+def dra_device_name(device) -> str:
+    """The device's name as NVIDIA's current DRA driver publishes it in its ResourceSlice."""
+    gpu = device.key[0]
+    inst = device.instance
+    if inst is None:
+        return f"gpu-{gpu}"
+    return dra_mig_names(gpu, inst.profile.name, inst.profile.profile_id, inst.start,
+                         inst.profile.memory_slices)[-1]
+
+
 class SimulatedKube:
     """Pod index and kubelet allocations of a running Simulation, read in-process.
 
@@ -137,7 +151,7 @@ class SimulatedKube:
         sharing: dict[int, list[tuple[str, str, str]]] = {}
         for proc in engine.procs:
             spec = self._specs.get((proc.pid, proc.start))
-            if spec is not None and engine.devices[proc.device].instance is None:
+            if spec is not None and engine.devices[proc.device].instance is None and spec.pod.allocation != "dra":
                 ident = (spec.pod.namespace, spec.pod.name, spec.pod.container)
                 if ident not in sharing.setdefault(proc.gpu, []):
                     sharing[proc.gpu].append(ident)
@@ -153,7 +167,7 @@ class SimulatedKube:
         if self._cache is not None and self._cache[0] == alive:
             return self._cache[1], self._cache[2]
         containers: dict[tuple[str, str], list[str]] = {}
-        devices: dict[tuple[str, str, str, str], list[str]] = {}
+        devices: dict[tuple[str, str, str, str, str], list[str]] = {}
         by_key = {(p.pid, p.start): p for p in engine.alive()}
         for key in alive:
             spec, proc = self._specs[key], by_key[key]
@@ -163,15 +177,21 @@ class SimulatedKube:
                 names.append(pod.container)
             device = engine.devices[proc.device]
             ident = (pod.namespace, pod.name, pod.container)
-            device_id = device.uuid
-            if device.instance is None and proc.gpu in self._shared:
-                device_id = f"{device.uuid}::{self._replica[(proc.gpu, ident)]}"
-            ids = devices.setdefault(ident + (pod.resource or _default_resource(device),), [])
+            if pod.allocation == "dra":
+                # A claim names the device itself; sharing is several claims on one device.
+                group = ident + (DRA_DRIVER, f"{pod.namespace}/{pod.claim or pod.name + '-gpu'}")
+                device_id = dra_device_name(device)
+            else:
+                group = ident + (pod.resource or _default_resource(device), "")
+                device_id = device.uuid
+                if device.instance is None and proc.gpu in self._shared:
+                    device_id = f"{device.uuid}::{self._replica[(proc.gpu, ident)]}"
+            ids = devices.setdefault(group, [])
             if device_id not in ids:
                 ids.append(device_id)
         pods = [PodContainers(ns, name, tuple(names)) for (ns, name), names in sorted(containers.items())]
-        allocs = [ContainerDevices(ns, pod, container, resource, tuple(ids))
-                  for (ns, pod, container, resource), ids in sorted(devices.items())]
+        allocs = [ContainerDevices(ns, pod, container, resource, tuple(ids), claim=claim)
+                  for (ns, pod, container, resource, claim), ids in sorted(devices.items())]
         self._cache = (alive, pods, allocs)
         self.generation += 1
         return pods, allocs
@@ -198,7 +218,7 @@ class SimulatedKube:
             groups = {c: [] for c in pod.containers}
             for alloc in devices:
                 if alloc.namespace == pod.namespace and alloc.pod == pod.pod:
-                    groups[alloc.container].append((alloc.resource, alloc.device_ids))
+                    groups[alloc.container].append((alloc.resource, alloc.device_ids, alloc.claim))
             out.append((pod.namespace, pod.pod, list(groups.items())))
         return out
 

@@ -79,11 +79,13 @@ class PodSpec:
     container: str
     uid: str  # dashed UUID, or 32 hex characters for a static pod
     runtime: str  # containerd | cri-o | docker
-    cgroup_driver: str  # systemd | cgroupfs
+    cgroup_driver: str  # systemd | cgroupfs | systemd-literal
     cgroup_version: int  # 1 | 2
     qos: str  # guaranteed | burstable | besteffort
     resource: str | None = None  # extended resource; None = nvidia.com/gpu or nvidia.com/mig-<profile>
     node: str = "sim-node"
+    allocation: str = "device-plugin"  # device-plugin | dra (a ResourceClaim of gpu.nvidia.com)
+    claim: str | None = None  # the ResourceClaim's name under dra; None = "<pod>-gpu"
 
     @property
     def container_id(self) -> str:

@@ -16,7 +16,8 @@ from exporter.sim.model import PodSpec
 from exporter.sim.scenario_fields import as_int, as_str, check_keys, fail, item, key
 
 POD_KEYS = ("namespace", "name", "container", "uid", "runtime", "cgroup_driver", "cgroup_version", "qos",
-            "resource", "node")
+            "resource", "node", "allocation", "claim")
+ALLOCATIONS = ("device-plugin", "dra")
 RUNTIMES = ("containerd", "cri-o", "docker")
 DRIVERS = ("systemd", "cgroupfs", "systemd-literal")
 QOS_CLASSES = ("guaranteed", "burstable", "besteffort")
@@ -64,13 +65,21 @@ def parse_pod(raw: Any, path: str) -> PodSpec:
         if "/" not in resource:
             fail(key(path, "resource"), f"{resource!r} is not an extended resource name (e.g. nvidia.com/gpu)")
     node = _name(raw.get("node", "sim-node"), key(path, "node"), _DNS_SUBDOMAIN, 253, "node name")
+    allocation = _choice(raw.get("allocation"), key(path, "allocation"), ALLOCATIONS, "device-plugin")
+    claim = None
+    if raw.get("claim") is not None:
+        if allocation != "dra":
+            fail(key(path, "claim"), "a claim is only for allocation: dra")
+        claim = _name(raw["claim"], key(path, "claim"), _DNS_SUBDOMAIN, 253, "ResourceClaim name")
+    if resource is not None and allocation == "dra":
+        fail(key(path, "resource"), "DRA pods hold a claim, not an extended resource: remove resource")
     return PodSpec(
         namespace=namespace, name=name, container=container, uid=uid,
         runtime=_choice(raw.get("runtime"), key(path, "runtime"), RUNTIMES, "containerd"),
         cgroup_driver=_choice(raw.get("cgroup_driver"), key(path, "cgroup_driver"), DRIVERS, "systemd"),
         cgroup_version=version,
         qos=_choice(raw.get("qos"), key(path, "qos"), QOS_CLASSES, "burstable"),
-        resource=resource, node=node,
+        resource=resource, node=node, allocation=allocation, claim=claim,
     )
 
 
@@ -88,7 +97,7 @@ def check_pods(processes) -> None:
             fail(key(where, "uid"), f"{pod.uid} is already the UID of pod {'/'.join(by_uid[pod.uid])}")
         seen = first.setdefault(ident, (index, pod))
         other = seen[1]
-        for attr in ("uid", "runtime", "cgroup_driver", "cgroup_version", "qos", "node"):
+        for attr in ("uid", "runtime", "cgroup_driver", "cgroup_version", "qos", "node", "allocation"):
             if getattr(other, attr) != getattr(pod, attr):
                 fail(key(where, attr), f"{getattr(pod, attr)!r} differs from processes[{seen[0]}], which names "
                      f"the same pod with {getattr(other, attr)!r}")
