@@ -81,7 +81,9 @@ def test_every_value_set_lints_renders_and_validates(name, tmp_path):
 
 def test_defaults_render_what_kustomize_builds():
     chart = by_kind_and_name([without_helm_labels(o) for o in helm_template()])
-    base = by_kind_and_name(kustomize(BASE))
+    built = kustomize(BASE)
+    assert validate(built) >= {"Namespace", "DaemonSet", "ServiceMonitor", "PrometheusRule"}
+    base = by_kind_and_name(built)
     assert base.pop(("Namespace", "gpushare-exporter"))  # documented: helm install --create-namespace + label
     assert sorted(chart) == sorted(base)
     for key, obj in base.items():
