@@ -122,10 +122,25 @@ def test_monitors_keep_the_workloads_labels_and_name_the_node(kind, key, values)
         assert service["spec"]["selector"].items() <= pod_labels.items()
 
 
-def test_both_monitors_or_an_unknown_privilege_are_refused():
-    result = helm_template({"podMonitor": {"enabled": True}}, check=False)
-    assert result.returncode != 0 and "enable one, not both" in result.stderr
-    result = helm_template({"privilege": "root"}, check=False)
+@pytest.mark.parametrize("values,message", [
+    ({"podMonitor": {"enabled": True}}, "enable one, not both"),
+    ({"privilege": "root"}, "at '/privilege': value must be one of 'standard', 'minimal'"),
+    ({"processSeries": "container"}, "at '/processSeries': value must be one of 'pid', 'pod', 'workload'"),
+    ({"serviceMonitor": {"enable": True}}, "at '/serviceMonitor': additional properties 'enable' not allowed"),
+    ({"serviceMonitor": {"interval": "15 seconds"}}, "at '/serviceMonitor/interval'"),
+    ({"port": "18474"}, "at '/port': got string, want integer"),
+    ({"webConfig": {"scheme": "TLS"}}, "at '/webConfig/scheme'"),
+])
+def test_bad_values_are_refused_naming_the_value(values, message):
+    """values.schema.json (and the template's own checks) refuse a misspelt or impossible value with a
+    line naming it, instead of rendering a chart that silently ignores it."""
+    result = helm_template(values, check=False)
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+def test_template_checks_hold_without_the_schema():
+    result = run([find_tool("helm"), "template", "gpushare-exporter", str(CHART), "--skip-schema-validation",
+                  "--set", "privilege=root"], check=False)
     assert result.returncode != 0 and 'privilege: "root" is neither standard nor minimal' in result.stderr
 
 
