@@ -112,7 +112,8 @@ def test_monitors_keep_the_workloads_labels_and_name_the_node(kind, key, values)
     (endpoint,) = monitor["spec"][key]
     assert endpoint["honorLabels"] is True
     assert endpoint["relabelings"] == [{"sourceLabels": ["__meta_kubernetes_pod_node_name"],
-                                        "targetLabel": "instance", "action": "replace"}] + CLUSTER_RELABEL
+                                        "targetLabel": "instance", "action": "replace"},
+                                       {"regex": "namespace|pod|container", "action": "labeldrop"}] + CLUSTER_RELABEL
     daemonset, _, _ = daemonset_of(objects)
     pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()

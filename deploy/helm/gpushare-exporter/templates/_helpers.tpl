@@ -65,6 +65,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
     - sourceLabels: [__meta_kubernetes_pod_node_name]
       targetLabel: instance
       action: replace
+    # The Operator's namespace/pod/container target labels name the exporter's own pod: dropped,
+    # so series without a workload do not carry it (docs/kubernetes.md, "What Prometheus stores").
+    - regex: namespace|pod|container
+      action: labeldrop
     {{- with $m.relabelings }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
