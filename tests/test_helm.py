@@ -139,6 +139,22 @@ def test_bad_values_are_refused_naming_the_value(values, message):
     assert result.returncode != 0 and message in result.stderr, result.stderr
 
 
+def test_set_flags_with_numbers_and_booleans_render_string_labels():
+    """`--set` turns 1, 2 and true into a number and a boolean; labels, node selectors and the image
+    tag must still be strings, or the API server refuses the object."""
+    result = run([find_tool("helm"), "template", "gpushare-exporter", str(CHART), "-n", "gpushare-exporter",
+                  "--set", "dashboards.labels.grafana_dashboard=1", "--set", "serviceMonitor.labels.release=2",
+                  "--set", "prometheusRule.labels.prometheus=true", "--set", "image.tag=2",
+                  "--set", "nodeSelector.gpu=true", "--set", "dashboards.annotations.grafana_folder=3"])
+    objects = [d for d in yaml.safe_load_all(result.stdout) if d]
+    validate(objects)
+    _, pod, container = daemonset_of(objects)
+    assert container["image"] == "gpushare-exporter:2" and pod["nodeSelector"]["gpu"] == "true"
+    labels = {o["kind"]: o["metadata"]["labels"] for o in objects}
+    assert labels["ServiceMonitor"]["release"] == "2" and labels["PrometheusRule"]["prometheus"] == "true"
+    assert labels["ConfigMap"]["grafana_dashboard"] == "1" and labels["DaemonSet"]["app.kubernetes.io/version"] == "2"
+
+
 def test_template_checks_hold_without_the_schema():
     result = run([find_tool("helm"), "template", "gpushare-exporter", str(CHART), "--skip-schema-validation",
                   "--set", "privilege=root"], check=False)

@@ -24,7 +24,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{- define "gpushare-exporter.labels" -}}
 {{ include "gpushare-exporter.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | toString | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
@@ -76,4 +76,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   metricRelabelings:
     {{- toYaml . | nindent 4 }}
   {{- end }}
+{{- end -}}
+
+
+{{/* A label, annotation or node-selector map with every value a string, as Kubernetes requires
+     (`--set x.release=1` or `=true` gives a number or a boolean). */}}
+{{- define "gpushare-exporter.stringMap" -}}
+{{- range $key, $value := . }}
+{{ $key }}: {{ $value | toString | quote }}
+{{- end -}}
 {{- end -}}
