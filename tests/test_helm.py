@@ -80,7 +80,10 @@ def test_every_value_set_lints_renders_and_validates(name, tmp_path):
 
 
 def test_defaults_render_what_kustomize_builds():
-    chart = by_kind_and_name([without_helm_labels(o) for o in helm_template()])
+    first = run([find_tool("helm"), "template", "gpushare-exporter", str(CHART), "-n", "gpushare-exporter"]).stdout
+    again = run([find_tool("helm"), "template", "gpushare-exporter", str(CHART), "-n", "gpushare-exporter"]).stdout
+    assert first == again, "helm template is not deterministic"
+    chart = by_kind_and_name([without_helm_labels(o) for o in yaml.safe_load_all(first) if o])
     built = kustomize(BASE)
     assert validate(built) >= {"Namespace", "DaemonSet", "ServiceMonitor", "PrometheusRule"}
     base = by_kind_and_name(built)
