@@ -4,9 +4,9 @@ Prometheus Operator's CRD facts, generated files in sync, least privilege, and t
 Built-in kinds are validated strictly (unknown fields are errors) by kubernetes-validate against
 the schemas of every Kubernetes minor from 1.28 (pod-resources List GA) to the newest it ships.
 ServiceMonitor, PodMonitor and PrometheusRule are custom resources kubernetes-validate has no
-schema for: they are checked against the fields, types, patterns and enums of the
-prometheus-operator v0.84 CRDs (monitoring.coreos.com/v1; read in the CRD source, restated
-below as JSON Schema for the parts these manifests use, with unknown fields refused).
+schema for: they are checked against the openAPIV3Schema of the prometheus-operator v0.93.0 CRDs
+(monitoring.coreos.com/v1, stored unchanged in tests/data/prometheus-operator-crds with source and
+commit), with unknown fields refused as the API server's strict field validation does.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
+from tests.helm_render import crd_schema
 
 DEPLOY = REPO / "deploy" / "kubernetes"
 MANIFESTS = sorted(DEPLOY.glob("*.yaml"))
@@ -93,59 +94,9 @@ def test_a_broken_manifest_is_caught():
         jsonschema.validate(monitor, CRD_SCHEMAS["ServiceMonitor"])
 
 
-# -- Prometheus Operator CRDs (monitoring.coreos.com/v1, prometheus-operator v0.84) ----------------
+# -- Prometheus Operator CRDs: the Operator's own schemas (tests/data/prometheus-operator-crds) --------
 
-DURATION = r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
-LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
-RELABEL_ACTIONS = ["replace", "Replace", "keep", "Keep", "drop", "Drop", "hashmod", "HashMod", "labelmap", "LabelMap",
-                   "labeldrop", "LabelDrop", "labelkeep", "LabelKeep", "lowercase", "Lowercase", "uppercase",
-                   "Uppercase", "keepequal", "KeepEqual", "dropequal", "DropEqual"]
-STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
-METADATA = {"type": "object", "required": ["name", "namespace"], "properties": {
-    "name": {"type": "string", "minLength": 1}, "namespace": {"type": "string", "minLength": 1},
-    "labels": STRING_MAP, "annotations": STRING_MAP}, "additionalProperties": False}
-SELECTOR = {"type": "object", "properties": {"matchLabels": STRING_MAP, "matchExpressions": {"type": "array"}},
-            "additionalProperties": False}
-RELABEL = {"type": "object", "additionalProperties": False, "properties": {
-    "action": {"type": "string", "enum": RELABEL_ACTIONS},
-    "sourceLabels": {"type": "array", "items": {"type": "string", "pattern": LABEL_NAME}},
-    "targetLabel": {"type": "string"}, "separator": {"type": "string"}, "regex": {"type": "string"},
-    "replacement": {"type": "string"}, "modulus": {"type": "integer"}}}
-ENDPOINT = {"type": "object", "additionalProperties": False, "properties": {
-    "port": {"type": "string"}, "path": {"type": "string"}, "scheme": {"type": "string"},
-    "interval": {"type": "string", "pattern": DURATION}, "scrapeTimeout": {"type": "string", "pattern": DURATION},
-    "honorLabels": {"type": "boolean"}, "relabelings": {"type": "array", "items": RELABEL},
-    "metricRelabelings": {"type": "array", "items": RELABEL}}}
-
-
-def _crd(kind: str, spec: dict) -> dict:
-    return {"type": "object", "required": ["apiVersion", "kind", "metadata", "spec"], "additionalProperties": False,
-            "properties": {"apiVersion": {"const": "monitoring.coreos.com/v1"}, "kind": {"const": kind},
-                           "metadata": METADATA, "spec": spec}}
-
-
-CRD_SCHEMAS = {
-    "ServiceMonitor": _crd("ServiceMonitor", {
-        "type": "object", "required": ["selector"], "additionalProperties": False, "properties": {
-            "jobLabel": {"type": "string"}, "selector": SELECTOR, "endpoints": {"type": "array", "items": ENDPOINT},
-            "namespaceSelector": {"type": "object"}}}),
-    "PodMonitor": _crd("PodMonitor", {
-        "type": "object", "required": ["selector"], "additionalProperties": False, "properties": {
-            "jobLabel": {"type": "string"}, "selector": SELECTOR,
-            "podMetricsEndpoints": {"type": "array", "items": ENDPOINT}, "namespaceSelector": {"type": "object"}}}),
-    "PrometheusRule": _crd("PrometheusRule", {
-        "type": "object", "additionalProperties": False, "properties": {"groups": {"type": "array", "items": {
-            "type": "object", "required": ["name"], "additionalProperties": False, "properties": {
-                "name": {"type": "string", "minLength": 1}, "interval": {"type": "string", "pattern": DURATION},
-                "rules": {"type": "array", "items": {
-                    "type": "object", "required": ["expr"], "additionalProperties": False,
-                    "oneOf": [{"required": ["alert"]}, {"required": ["record"]}], "properties": {
-                        "alert": {"type": "string"}, "record": {"type": "string"},
-                        "expr": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
-                        "for": {"type": "string", "pattern": DURATION},
-                        "keep_firing_for": {"type": "string", "pattern": DURATION},
-                        "labels": STRING_MAP, "annotations": STRING_MAP}}}}}}}}),
-}
+CRD_SCHEMAS = {kind: crd_schema(kind) for kind in CRD_KINDS}
 
 
 def test_custom_resources_match_the_prometheus_operator_crds():
