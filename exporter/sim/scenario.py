@@ -6,6 +6,7 @@ Every refusal is a UserError with ONE line: ``<file>: <path inside>: <problem>``
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from pathlib import Path
@@ -16,7 +17,7 @@ import yaml
 from exporter.errors import UserError
 from exporter.inputs import SafeInputLoader, value_problem
 from exporter.sim import scenario_events
-from exporter.sim.model import GpuSpec, Scenario
+from exporter.sim.model import DEFAULT_DRIVER_VERSION, GpuSpec, Scenario
 from exporter.sim.fakedcgm.spec import parse_dcgm_section
 from exporter.sim.scenario_events import mig_layout, model_at
 from exporter.sim.scenario_fields import (
@@ -128,7 +129,7 @@ def _parse(data: dict, source: str) -> Scenario:
         extra["cuda_driver_version"] = as_int(data["cuda_driver_version"], "cuda_driver_version", 1000)
     if "seed" in data:
         extra["seed"] = as_int(data["seed"], "seed", 0)
-    gpus = _gpus(data["gpus"], name)
+    gpus = _gpus(data["gpus"], name, extra.get("driver_version", DEFAULT_DRIVER_VERSION))
     raw_events = as_list(data.get("events") or [], "events")
     events, layouts, presence = scenario_events.parse_events(raw_events, gpus, duration)
     raw_procs = as_list(data.get("processes") or [], "processes")
@@ -153,7 +154,7 @@ def default_pci_bus_id(index: int) -> str:
     return f"00000000:{0x18 + 2 * index:02X}:00.0"
 
 
-def _gpus(raw: Any, scenario_name: str) -> tuple[GpuSpec, ...]:
+def _gpus(raw: Any, scenario_name: str, driver_version: str) -> tuple[GpuSpec, ...]:
     entries = as_list(raw, "gpus")
     if not entries:
         fail("gpus", "needs at least one GPU")
@@ -161,7 +162,7 @@ def _gpus(raw: Any, scenario_name: str) -> tuple[GpuSpec, ...]:
     seen: dict[tuple[str, Any], int] = {}
     for i, entry in enumerate(entries):
         path = item("gpus", i)
-        gpu = _gpu(entry, path, i, scenario_name)
+        gpu = dataclasses.replace(_gpu(entry, path, i, scenario_name), driver_version=driver_version)
         for field in ("index", "uuid", "pci_bus_id"):
             value = getattr(gpu, field)
             value_key = (field, value.upper() if isinstance(value, str) else value)
