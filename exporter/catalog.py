@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Iterable, Sequence
@@ -256,6 +257,23 @@ def _build_models() -> dict[str, GpuModel]:
 
 # Each model as its default board (the first variant).
 MODELS: dict[str, GpuModel] = _build_models()
+
+
+@contextmanager
+def sizes_for_driver(driver_version: str | int | None):
+    """Within the block, MODELS (and name look-ups) hold the MIG sizes of ``driver_version``;
+    None keeps the smallest any branch prints. For `exporter recommend --driver`, whose
+    planner modules read MODELS directly; restored on exit."""
+    global _BY_NAME
+    saved, saved_names = dict(MODELS), _BY_NAME
+    try:
+        MODELS.update({k: m.for_driver(driver_version) for k, m in saved.items()})
+        _BY_NAME = _names()
+        yield
+    finally:
+        MODELS.clear()
+        MODELS.update(saved)
+        _BY_NAME = saved_names
 
 
 def _names() -> dict[str, GpuModel]:

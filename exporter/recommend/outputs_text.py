@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+from exporter import catalog
 from exporter.recommend.mps import MpsAdvice
 from exporter.recommend.mps_pack import gpus_needed
 from exporter.recommend.result import GpuPlan, ModelPlan, Recommendation
@@ -69,11 +70,18 @@ def basis_lines(rec: Recommendation) -> list[str]:
         lines.append(f"a plan of {plural(len(rec.workloads), 'workload')} (nothing observed)")
     if rec.margin_text:
         lines.append(rec.margin_text)
+    lines += mig_sizes_lines(rec)
     if rec.draft:
         lines.append(f"DRAFT: only {duration(b.window_seconds)} of history (less than the minimum "
                      f"{duration(b.min_window_seconds)}, --min-window): a longer window may see higher peaks "
                      "and more jobs at once")
     return lines
+
+
+def mig_sizes_lines(rec: Recommendation) -> list[str]:
+    """Which MIG profile sizes the plan assumed, and from where (sizes differ by driver)."""
+    keys = sorted({p.model for p in rec.plans if p.model in catalog.MODELS and catalog.MODELS[p.model].mig_capable})
+    return [f"MIG sizes assumed: {catalog.MODELS[k].sizes_basis}" for k in keys]
 
 
 def summary_lines(rec: Recommendation) -> list[str]:
