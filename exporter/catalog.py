@@ -283,7 +283,8 @@ def _names() -> dict[str, GpuModel]:
             by_name[name.casefold()] = model
         for v in model.variants:
             board = model if v.key == model.variant else model.with_variant(v.key)
-            for name in (v.nvml_name, *v.aliases):
+            by_name.setdefault(v.nvml_name.casefold(), board)  # a name two boards share: the first
+            for name in v.aliases:
                 by_name[name.casefold()] = board
     return by_name
 

@@ -104,6 +104,13 @@ VARIANT_ROWS: dict[str, tuple[dict, ...]] = {
              pci_subsystem_id=0x147F10DE, power_limit_watts=400.0, min_power_limit_watts=100.0,
              max_power_limit_watts=400.0, idle_power_watts=60.0, form_factor="SXM",
              nvlink_links=12, nvlink_active=True),
+        # HGX A100 80GB boards built for 500 W report the same product name with a 500 W cap
+        # (nvidia-smi "51W / 500W", driver 545.23.08, NVIDIA/mig-parted#31) [obs]; subsystem id
+        # and minimum limit as the 400 W module [inf]. Selected by variant or alias only.
+        dict(key="SXM4-500W", nvml_name="NVIDIA A100-SXM4-80GB", aliases=("A100-80GB-500W",),
+             pci_device_id=0x20B210DE, pci_subsystem_id=0x147F10DE, power_limit_watts=500.0,
+             min_power_limit_watts=100.0, max_power_limit_watts=500.0, idle_power_watts=50.0,
+             form_factor="SXM", nvlink_links=12, nvlink_active=True),
         dict(key="PCIe", nvml_name="NVIDIA A100 80GB PCIe", aliases=("A100-80GB-PCIe",), pci_device_id=0x20B510DE,
              pci_subsystem_id=0x153310DE, power_limit_watts=300.0, min_power_limit_watts=150.0,
              max_power_limit_watts=300.0, idle_power_watts=45.0, form_factor="PCIe",

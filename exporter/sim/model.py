@@ -44,6 +44,9 @@ class MigSpec:
     # False: a GPU instance without its compute instance (a half-done "nvidia-smi mig -cgi"
     # without -C): it holds its slices but has no MIG device, so no processes run on it.
     compute_instance: bool = True
+    # GPU-instance id the driver gave it, instead of the placement rule (mig_layout.gi_id_for):
+    # real drivers also number by creation history (an A100-80GB 2g.20gb seen as GI 6).
+    gpu_instance_id: int | None = None
 
 
 @dataclass(frozen=True)
