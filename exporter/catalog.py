@@ -45,6 +45,7 @@ class MigProfile:
     # when every observed branch agrees. ``memory_mib`` is the smallest unless the model was
     # built for one branch (GpuModel.for_driver).
     memory_by_branch: tuple[tuple[int, int], ...] = ()
+    since_branch: int = 0  # first driver branch offering this profile (0: every branch)
 
     def memory_mib_on(self, branch: int | None) -> int:
         """memorySizeMB on driver branch ``branch``; None: the smallest any branch prints."""
@@ -124,13 +125,15 @@ class GpuModel:
     driver_branch: int | None = None
 
     def for_driver(self, driver_version: str | int | None) -> GpuModel:
-        """This model with the MIG memory sizes of driver ``driver_version`` ("580.95.05" or a
-        branch number); None gives the smallest sizes (sure to fit on every branch)."""
+        """This model with the MIG profiles and memory sizes of driver ``driver_version``
+        ("580.95.05" or a branch number); None gives every profile at its smallest size (sure
+        to fit on every branch)."""
         branch = driver_branch(driver_version)
         if branch == self.driver_branch:
             return self
         profiles = tuple(dataclasses.replace(p, memory_mib=p.memory_mib_on(branch))
-                         if p.memory_by_branch else p for p in self.mig_profiles)
+                         if p.memory_by_branch else p for p in self.mig_profiles
+                         if branch is None or p.since_branch <= branch)
         return dataclasses.replace(self, mig_profiles=profiles, driver_branch=branch)
 
     def mig_bar1_total_mib(self, profile: MigProfile) -> int:
@@ -200,7 +203,8 @@ class GpuModel:
             if p.name == name:
                 return p
         valid = ", ".join(p.name for p in self.mig_profiles) or "none (not MIG-capable)"
-        raise KeyError(f"unknown MIG profile {name!r} for {self.key} (valid: {valid})")
+        branch = f" on driver branch R{self.driver_branch}" if self.driver_branch is not None else ""
+        raise KeyError(f"unknown MIG profile {name!r} for {self.key}{branch} (valid: {valid})")
 
 
 def driver_branch(driver_version: str | int | None) -> int | None:
@@ -240,6 +244,7 @@ def _build_models() -> dict[str, GpuModel]:
             Variant(**{**v, "overrides": tuple(v.get("overrides", {}).items())})
             for v in catalog_variants.VARIANT_ROWS[key])
         by_branch = catalog_data.BRANCH_MEMORY_GIB.get(key, {})
+        since = catalog_data.PROFILE_SINCE.get(key, {})
         profiles = tuple(
             MigProfile(
                 name=p[0], profile_id=p[1], enum_index=p[2], slice_count=p[3],
@@ -247,6 +252,7 @@ def _build_models() -> dict[str, GpuModel]:
                 starts=p[8], copy_engines=p[9], decoders=p[10], encoders=p[11], jpegs=p[12],
                 ofas=p[13], media_extensions=p[14], inferred=p[15],
                 memory_by_branch=tuple((b, catalog_data.gib(g)) for b, g in by_branch.get(p[0], ())),
+                since_branch=since.get(p[0], 0),
             )
             for p in fields.pop("profiles")
         )

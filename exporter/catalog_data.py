@@ -136,6 +136,15 @@ BRANCH_MEMORY_GIB: dict[str, dict[str, tuple[tuple[int, float], ...]]] = {
     },
 }
 
+# First driver branch that offers a profile (MIG user guide, nvml_facts.md §2.3) [src]; older
+# branches list the others only (an R470-R515 A30 prints no 2g.12gb+me [obs], docs/hardware-facts.md).
+# A100-80GB follows the 40GB part's rows [inf]. Profiles not named here exist on every branch.
+PROFILE_SINCE: dict[str, dict[str, int]] = {
+    "A30": {"1g.6gb+me": 470, "2g.12gb+me": 525},
+    "A100-40GB": {"1g.5gb+me": 470, "1g.10gb": 525},
+    "A100-80GB": {"1g.10gb+me": 470, "1g.20gb": 525},
+}
+
 # Model row: key -> dict of GpuModel fields except mig_profiles.
 # memory_total_mib: "Total" as nvidia-smi prints it. memory_reserved_mib: the v2 "reserved"
 # figure, never stated in the facts file: 328 MiB for H100 80GB is a commonly posted value

@@ -11,6 +11,7 @@ engines, product names, memory totals and power caps. Sources: docs/hardware-fac
 
 from __future__ import annotations
 
+import ctypes
 import re
 from pathlib import Path
 
@@ -34,6 +35,9 @@ BAR1 = re.compile(r"^\|\s+\|\s+\d+MiB / (\d+)MiB \|")
 SMI1 = re.compile(r"^\|\s+(\d+)\s+(.+?)\s+(On|Off)\s+\|")
 SMI2 = re.compile(r"^\| \S+\s+\d+C\s+(P\d+)\s+\d+W /\s+(\d+)W \|\s+(?:\d+MiB /\s+(\d+)MiB|N/A)\s+\|\s+\S+\s+(\S+) \|$")
 SMI3 = re.compile(r"^\|\s+\|\s+\|\s+(Enabled|Disabled) \|$")
+LGIPP = re.compile(r"^GPU\s+(\d+) Profile ID\s+(\d+) Placements?\s*: \{([\d,]+)\}:(\d+)$")
+LIST_GPU = re.compile(r"^GPU (\d+): (.+) \(UUID: (GPU-[0-9a-f-]{36})\)$")
+LIST_MIG = re.compile(r"^  MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[0-9a-f-]{36})\)$")
 
 
 def _meta(name: str) -> dict:
@@ -85,8 +89,9 @@ def _profiles(handle) -> dict[str, object]:
     return found
 
 
-def _check_lgip(lines: list[str]) -> int:
+def _check_lgip(lines: list[str], complete: bool = False) -> int:
     checked = 0
+    printed_names: dict[int, set[str]] = {}
     for i, line in enumerate(lines):
         m = LGIP.match(line)
         if not m:
@@ -102,11 +107,63 @@ def _check_lgip(lines: list[str]) -> int:
         printed = (int(pid), int(total), gib, p2p, int(sms), int(dec), int(enc), int(ce), int(jpeg), int(ofa))
         assert shown == printed, f"GPU {gpu} {name}: simulated {shown}, real {printed}"
         assert pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(handle, info.id) == int(free), name
+        printed_names.setdefault(int(gpu), set()).add(name)
+        checked += 1
+    if complete:  # the whole table was quoted: the driver offers no other profile
+        for gpu, names in printed_names.items():
+            assert set(_profiles(pynvml.nvmlDeviceGetHandleByIndex(gpu))) == names, gpu
+    return checked
+
+
+def _placements(handle, profile_id: int) -> list:
+    """nvmlDeviceGetGpuInstancePossiblePlacements the way nvidia-smi calls it: count, then fill."""
+    count = ctypes.c_uint(0)
+    pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, None, ctypes.byref(count))
+    array = (pynvml.c_nvmlGpuInstancePlacement_t * count.value)()
+    pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, array, ctypes.byref(count))
+    return list(array[:count.value])
+
+
+def _check_lgipp(lines: list[str], complete: bool = False) -> int:
+    checked = set()
+    for line in lines:
+        m = LGIPP.match(line)
+        if not m:
+            continue
+        gpu, pid, starts, size = int(m.group(1)), int(m.group(2)), m.group(3), int(m.group(4))
+        found = _placements(pynvml.nvmlDeviceGetHandleByIndex(gpu), pid)
+        shown = ([p.start for p in found], {p.size for p in found})
+        assert shown == ([int(x) for x in starts.split(",")], {size}), f"GPU {gpu} profile {pid}: {shown}"
+        checked.add((gpu, pid))
+    if complete:
+        for gpu in {g for g, _ in checked}:
+            ids = {p.id for p in _profiles(pynvml.nvmlDeviceGetHandleByIndex(gpu)).values()}
+            assert ids == {pid for g, pid in checked if g == gpu}, gpu
+    return len(checked)
+
+
+def _check_list(lines: list[str], complete: bool = False) -> int:
+    """nvidia-smi -L: product names, and each MIG device's profile by its index."""
+    checked = 0
+    handle = None
+    for line in lines:
+        if m := LIST_GPU.match(line):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(int(m.group(1)))
+            assert pynvml.nvmlDeviceGetName(handle) == m.group(2)
+            assert re.fullmatch(r"GPU-[0-9a-f-]{36}", pynvml.nvmlDeviceGetUUID(handle))
+        elif m := LIST_MIG.match(line):
+            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, int(m.group(2)))
+            gi = pynvml.nvmlDeviceGetGpuInstanceById(handle, pynvml.nvmlDeviceGetGpuInstanceId(mig))
+            profile_id = pynvml.nvmlGpuInstanceGetInfo(gi).profileId
+            assert [n for n, info in _profiles(handle).items() if info.id == profile_id] == [m.group(1)]
+            assert re.fullmatch(r"MIG-[0-9a-f-]{36}", pynvml.nvmlDeviceGetUUID(mig))
+        else:
+            continue
         checked += 1
     return checked
 
 
-def _check_lgi(lines: list[str]) -> int:
+def _check_lgi(lines: list[str], complete: bool = False) -> int:
     checked = 0
     for line in lines:
         m = LGI.match(line)
@@ -121,7 +178,7 @@ def _check_lgi(lines: list[str]) -> int:
     return checked
 
 
-def _check_migdevices(lines: list[str]) -> int:
+def _check_migdevices(lines: list[str], complete: bool = False) -> int:
     checked = 0
     for i, line in enumerate(lines):
         m = MIGDEV.match(line)
@@ -142,7 +199,7 @@ def _check_migdevices(lines: list[str]) -> int:
     return checked
 
 
-def _check_summary(lines: list[str]) -> int:
+def _check_summary(lines: list[str], complete: bool = False) -> int:
     checked = 0
     for i, line in enumerate(lines):
         m = SMI1.match(line)
@@ -170,6 +227,7 @@ def _check_summary(lines: list[str]) -> int:
 
 
 CHECKS = {"nvidia-smi mig -lgip": (_check_lgip, LGIP), "nvidia-smi mig -lgi": (_check_lgi, LGI),
+          "nvidia-smi mig -lgipp": (_check_lgipp, LGIPP), "nvidia-smi -L": (_check_list, LIST_GPU),
           "nvidia-smi (MIG devices table)": (_check_migdevices, MIGDEV), "nvidia-smi": (_check_summary, SMI1)}
 
 
@@ -191,7 +249,7 @@ def test_real_output_read_back_through_pynvml(name, play):
     meta = _meta(name)
     lines = _lines(name)
     check, pattern = CHECKS[meta["command"]]
-    if meta["command"] == "nvidia-smi mig -lgip" and meta.get("layout") is None:
-        meta = {**meta, "layout": []}  # lgip is printed with MIG on
+    if meta["command"].startswith("nvidia-smi mig") and meta.get("layout") is None:
+        meta = {**meta, "layout": []}  # mig commands print with MIG on
     play(meta, max(_gpu_indices(lines, pattern)) + 1)
-    assert check(lines) > 0, f"{name}: no row recognised"
+    assert check(lines, complete=bool(meta.get("complete"))) > 0, f"{name}: no row recognised"

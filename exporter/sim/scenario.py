@@ -6,7 +6,6 @@ Every refusal is a UserError with ONE line: ``<file>: <path inside>: <problem>``
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import re
 from pathlib import Path
@@ -162,7 +161,7 @@ def _gpus(raw: Any, scenario_name: str, driver_version: str) -> tuple[GpuSpec, .
     seen: dict[tuple[str, Any], int] = {}
     for i, entry in enumerate(entries):
         path = item("gpus", i)
-        gpu = dataclasses.replace(_gpu(entry, path, i, scenario_name), driver_version=driver_version)
+        gpu = _gpu(entry, path, i, scenario_name, driver_version)
         for field in ("index", "uuid", "pci_bus_id"):
             value = getattr(gpu, field)
             value_key = (field, value.upper() if isinstance(value, str) else value)
@@ -178,9 +177,10 @@ def _gpus(raw: Any, scenario_name: str, driver_version: str) -> tuple[GpuSpec, .
     return tuple(gpus)
 
 
-def _board(raw: dict, path: str):
-    """The catalog model of this GPU as the board it names, with its power limit checked."""
-    model = model_at(raw["model"], key(path, "model"))
+def _board(raw: dict, path: str, driver_version: str):
+    """The catalog model of this GPU as the board it names, with its power limit checked and
+    the MIG profiles of the scenario's driver branch."""
+    model = model_at(raw["model"], key(path, "model")).for_driver(driver_version)
     if raw.get("variant") is not None:
         wanted = as_str(raw["variant"], key(path, "variant"))
         try:
@@ -197,9 +197,9 @@ def _board(raw: dict, path: str):
     return model, limit
 
 
-def _gpu(raw: Any, path: str, position: int, scenario_name: str) -> GpuSpec:
+def _gpu(raw: Any, path: str, position: int, scenario_name: str, driver_version: str) -> GpuSpec:
     check_keys(raw, path, GPU_KEYS, required=("model",))
-    model, power_limit = _board(raw, path)
+    model, power_limit = _board(raw, path, driver_version)
     index = as_int(raw.get("index", position), key(path, "index"), minimum=0)
     uuid = raw.get("uuid", default_uuid(scenario_name, index))
     if not isinstance(uuid, str) or not _UUID.match(uuid):
@@ -239,7 +239,7 @@ def _gpu(raw: Any, path: str, position: int, scenario_name: str) -> GpuSpec:
     return GpuSpec(index=index, model=model.key, uuid=uuid, pci_bus_id=pci.upper(), mig=mig,
                    mps=mps, clock_event_reasons=reasons, product_name=product,
                    variant=None if model.variant == default else model.variant,
-                   power_limit_watts=power_limit, **series)
+                   power_limit_watts=power_limit, driver_version=driver_version, **series)
 
 
 def _clock_reasons(raw: Any, path: str) -> tuple[tuple[float, tuple[str, ...]], ...]:
