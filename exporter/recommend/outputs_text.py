@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from exporter import catalog
 from exporter.recommend.mps import MpsAdvice
 from exporter.recommend.mps_pack import gpus_needed
 from exporter.recommend.result import GpuPlan, ModelPlan, Recommendation
@@ -80,6 +79,8 @@ def basis_lines(rec: Recommendation) -> list[str]:
 
 def mig_sizes_lines(rec: Recommendation) -> list[str]:
     """Which MIG profile sizes the plan assumed, and from where (sizes differ by driver)."""
+    from exporter import catalog  # here, not at the top: keeps this module's imports as they are
+
     keys = sorted({p.model for p in rec.plans if p.model in catalog.MODELS and catalog.MODELS[p.model].mig_capable})
     return [f"MIG sizes assumed: {catalog.MODELS[k].sizes_basis}" for k in keys]
 
