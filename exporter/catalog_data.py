@@ -123,10 +123,9 @@ B200_PROFILES: tuple[ProfileRow, ...] = (
 
 # Sizes that differ by driver branch [obs]: model -> profile -> ((first branch, GiB printed by
 # nvidia-smi mig -lgip), ...), oldest first. A branch uses the last entry whose first branch is
-# at or below it. A100-40GB: the MIG guide's R450-era example prints 9.75 / 19.62 / 39.50 GiB for
-# 2g.10gb / 3g.20gb (4g.20gb) / 7g.40gb; outputs from R525 on (the first with 1g.10gb) print
-# 9.62 / 19.50 / 39.25. Which side R510/R515 fall on is not observed: 525 is the first branch
-# seen with the smaller sizes, and plans that name no branch use the smaller ones anyway.
+# at or below it. A100-40GB: up to R510 (510.47.03, A100-PCIE-40GB) nvidia-smi mig -lgip prints
+# 9.75 / 19.62 / 39.50 GiB for 2g.10gb / 3g.20gb (4g.20gb) / 7g.40gb; outputs from R525 on (the
+# first with 1g.10gb) print 9.62 / 19.50 / 39.25 (tests/data/nvidia-smi). R515 is not observed.
 BRANCH_MEMORY_GIB: dict[str, dict[str, tuple[tuple[int, float], ...]]] = {
     "A100-40GB": {
         "2g.10gb": ((0, 9.75), (525, 9.62)),

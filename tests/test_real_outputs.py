@@ -29,9 +29,9 @@ MIB = 1024 * 1024
 LGIP = re.compile(r"^\|\s+(\d+)\s+MIG (\S+)\s+(\d+)\s+(\d+)/(\d+)\s+([\d.]+)\s+(Yes|No)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|$")
 LGIP2 = re.compile(r"^\|\s+(\d+)\s+(\d+)\s+(\d+)\s+\|$")  # CE, JPEG, OFA under SM, DEC, ENC
 LGI = re.compile(r"^\|\s+(\d+)\s+MIG (\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s+\|$")
-MIGDEV = re.compile(r"^\|\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|\s+\d+MiB / (\d+)MiB \|\s+(\d+)\s+\S+\s+\|"
+MIGDEV = re.compile(r"^\|\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|\s+\d+MiB /\s+(\d+)MiB \|\s+(\d+)\s+\S+\s+\|"
                     r"\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+) \|$")
-BAR1 = re.compile(r"^\|\s+\|\s+\d+MiB / (\d+)MiB \|")
+BAR1 = re.compile(r"^\|\s+\|\s+\d+MiB /\s+(\d+)MiB \|")
 SMI1 = re.compile(r"^\|\s+(\d+)\s+(.+?)\s+(On|Off)\s+\|")
 SMI2 = re.compile(r"^\| \S+\s+\d+C\s+(P\d+)\s+\d+W /\s+(\d+)W \|\s+(?:\d+MiB /\s+(\d+)MiB|N/A)\s+\|\s+\S+\s+(\S+) \|$")
 SMI3 = re.compile(r"^\|\s+\|\s+\|\s+(Enabled|Disabled) \|$")
