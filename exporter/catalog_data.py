@@ -121,17 +121,23 @@ B200_PROFILES: tuple[ProfileRow, ...] = (
     ("7g.180gb", 0, E7, 7, 8, gib(178.25), 148, 1, _S7, 16, 1, 0, 1, 1, False, True),
 )
 
-# Sizes that differ by driver branch [obs]: model -> profile -> ((first branch, GiB printed by
+# Sizes that differ by driver branch: model -> profile -> ((first branch, GiB printed by
 # nvidia-smi mig -lgip), ...), oldest first. A branch uses the last entry whose first branch is
-# at or below it. A100-40GB: up to R510 (510.47.03, A100-PCIE-40GB) nvidia-smi mig -lgip prints
-# 9.75 / 19.62 / 39.50 GiB for 2g.10gb / 3g.20gb (4g.20gb) / 7g.40gb; outputs from R525 on (the
-# first with 1g.10gb) print 9.62 / 19.50 / 39.25 (tests/data/nvidia-smi). R515 is not observed.
+# at or below it. A100-40GB (docs/hardware-facts.md, tests/data/nvidia-smi):
+# - up to R510 [obs]: 9.75 / 19.62 / 39.50 GiB for 2g.10gb / 3g.20gb (4g.20gb) / 7g.40gb
+#   (510.47.03 on an A100-PCIE-40GB; the MIG guide's R450-era example);
+# - R525 [obs, boundary inf]: 9.62 / 19.50 / 39.25, the first outputs listing 1g.10gb (the MIG
+#   guide's current example; a December 2023 setup);
+# - R550 on [obs, boundary inf]: 9.75 / 19.62 again and 39.38 for 7g.40gb (a 2025 GPU Operator
+#   deployment); R580 MIG devices hold the 9.75 / 19.62 sizes (issue 25's 580.126.09 audit found
+#   only their BAR1 to differ).
 BRANCH_MEMORY_GIB: dict[str, dict[str, tuple[tuple[int, float], ...]]] = {
     "A100-40GB": {
-        "2g.10gb": ((0, 9.75), (525, 9.62)),
-        "3g.20gb": ((0, 19.62), (525, 19.50)),
-        "4g.20gb": ((0, 19.62), (525, 19.50)),
-        "7g.40gb": ((0, 39.50), (525, 39.25)),
+        "1g.10gb": ((0, 9.75), (525, 9.62), (550, 9.75)),
+        "2g.10gb": ((0, 9.75), (525, 9.62), (550, 9.75)),
+        "3g.20gb": ((0, 19.62), (525, 19.50), (550, 19.62)),
+        "4g.20gb": ((0, 19.62), (525, 19.50), (550, 19.62)),
+        "7g.40gb": ((0, 39.50), (525, 39.25), (550, 39.38)),
     },
 }
 

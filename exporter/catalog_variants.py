@@ -125,14 +125,13 @@ VARIANT_ROWS: dict[str, tuple[dict, ...]] = {
         # H100 PCIe: 114 SMs, 350 W, boost 1755 MHz, HBM2e (spec sheet / NVIDIA H100 MIG
         # launchpad page: "114 SMs per GPU"). MIG SMs [obs] (nvidia-smi mig -lgip, drivers 525
         # and 570): 14 / 14 / 14 / 30 / 46 / 62 / 114 for 1g.10gb / 1g.10gb+me / 1g.20gb /
-        # 2g.20gb / 3g.40gb / 4g.40gb / 7g.80gb. Memory, engines and placements are the SXM5
-        # table's (not observed on this board): its profiles stay marked inferred.
+        # 2g.20gb / 3g.40gb / 4g.40gb / 7g.80gb. A 570.169 output (docs/hardware-facts.md) prints
+        # the SXM5 table's memory, ids and engines for the rest [obs]; placements as SXM5 [inf].
         dict(key="PCIe", nvml_name="NVIDIA H100 PCIe", aliases=("H100-PCIe",), pci_device_id=0x233110DE,
              pci_subsystem_id=0x162610DE, power_limit_watts=350.0, min_power_limit_watts=200.0,
              max_power_limit_watts=350.0, idle_power_watts=48.0, form_factor="PCIe",
              nvlink_links=12, nvlink_active=False,
              overrides=dict(sm_count=114, max_clocks_mhz=(1755, 1755, 1593, 1545)),
-             profiles_inferred=True,
              profile_sms=(("1g.10gb", 14), ("1g.10gb+me", 14), ("1g.20gb", 14), ("2g.20gb", 30),
                           ("3g.40gb", 46), ("4g.40gb", 62), ("7g.80gb", 114))),
     ),

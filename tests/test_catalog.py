@@ -274,12 +274,13 @@ def test_h100_pcie_mig_sms_are_its_own():
 
 
 def test_each_branch_keeps_its_own_sizes_and_profiles():
-    """A100-40GB 2g.10gb: 9984 MiB before R525, 9856 from R525; no branch given: the smaller.
+    """A100-40GB 2g.10gb: 9984 MiB up to R510 and from R550, 9856 on R525-R545; no branch: the smaller.
     Profiles newer than the branch are absent (A30 2g.12gb+me from R525)."""
     from exporter.catalog import board, driver_branch
 
     assert board("A100-40GB", driver_version="470.57.02").profile("2g.10gb").memory_mib == 9984
     assert board("A100-40GB", driver_version="R525").profile("2g.10gb").memory_mib == 9856
+    assert board("A100-40GB", driver_version="580.95.05").profile("7g.40gb").memory_mib == 40320  # 39.38 GiB
     assert A100_40.profile("2g.10gb").memory_mib == 9856 and A100_40.driver_branch is None
     assert "1g.10gb" not in {p.name for p in board("A100-40GB", driver_version="470.57.02").mig_profiles}
     with pytest.raises(KeyError, match="on driver branch R470"):

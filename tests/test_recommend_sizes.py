@@ -1,7 +1,7 @@
 """recommend plans on MIG sizes that are sure to fit (issue 25).
 
 Real drivers print A100-80GB 1g.10gb as 9.50 GiB (9728 MiB), and A100-40GB 2g.10gb as 9.75 GiB
-before R525 but 9.62 GiB after: without --driver a plan uses the smallest size any branch prints,
+except on R525-R545 (9.62 GiB): without --driver a plan uses the smallest size any branch prints,
 with --driver that branch's, and the basis says which it assumed (docs/hardware-facts.md).
 """
 
@@ -51,8 +51,9 @@ def test_a_9_4_gib_workload_still_fits_a_1g_10gb(tmp_path, capsys):
 
 
 def test_where_branches_differ_the_smallest_size_is_assumed_unless_the_plan_names_the_driver(tmp_path, capsys):
-    """A100-40GB 2g.10gb: 9.75 GiB on R470, 9.62 GiB from R525. Three 9.7 GiB jobs fit one GPU
-    as 3 x 2g.10gb only on R470; with no driver named the plan must not count on that."""
+    """A100-40GB 2g.10gb: 9.75 GiB up to R510 and from R550, 9.62 GiB on R525-R545. Three 9.7 GiB
+    jobs fit one GPU as 3 x 2g.10gb only where it is 9.75; with no driver named the plan must not
+    count on that."""
     sure = _plan(tmp_path, capsys, "A100-40GB", "9.7GiB", 3)
     assert "2g.10gb" not in {i["profile"] for i in _instances(sure)}
     assert all(i["memory_bytes"] >= i["need_bytes"] for i in _instances(sure))
@@ -62,8 +63,11 @@ def test_where_branches_differ_the_smallest_size_is_assumed_unless_the_plan_name
     assert {i["profile"] for i in _instances(old)} == {"2g.10gb"}
     assert {i["memory_bytes"] for i in _instances(old)} == {9984 * MIB}
     assert any("R470" in line for line in old["basis"]["mig_sizes"])
-    new = _plan(tmp_path, capsys, "A100-40GB", "9.7GiB", 3, "--driver", "R580")
-    assert new["models"][0]["gpus_needed"] == sure["models"][0]["gpus_needed"]
+    r535 = _plan(tmp_path, capsys, "A100-40GB", "9.7GiB", 3, "--driver", "535.104.05")
+    assert r535["models"][0]["gpus_needed"] == sure["models"][0]["gpus_needed"]
+    assert any("R535" in line for line in r535["basis"]["mig_sizes"])
+    r580 = _plan(tmp_path, capsys, "A100-40GB", "9.7GiB", 3, "--driver", "R580")
+    assert r580["models"][0]["gpus_needed"] == 1
     assert catalog.MODELS["A100-40GB"].profile("2g.10gb").memory_mib == 9856  # restored after the run
 
 
