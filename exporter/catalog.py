@@ -131,8 +131,12 @@ class GpuModel:
         branch = driver_branch(driver_version)
         if branch == self.driver_branch:
             return self
+        source = self
+        if self.driver_branch is not None:  # another branch dropped profiles: start from the catalog's
+            base = _CATALOG[self.key]
+            source = base if base.variant == self.variant else base.with_variant(self.variant)
         profiles = tuple(dataclasses.replace(p, memory_mib=p.memory_mib_on(branch))
-                         if p.memory_by_branch else p for p in self.mig_profiles
+                         if p.memory_by_branch else p for p in source.mig_profiles
                          if branch is None or p.since_branch <= branch)
         return dataclasses.replace(self, mig_profiles=profiles, driver_branch=branch)
 
@@ -263,6 +267,7 @@ def _build_models() -> dict[str, GpuModel]:
 
 # Each model as its default board (the first variant).
 MODELS: dict[str, GpuModel] = _build_models()
+_CATALOG: dict[str, GpuModel] = dict(MODELS)  # never rebound by sizes_for_driver
 
 
 @contextmanager

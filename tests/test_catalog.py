@@ -310,3 +310,14 @@ def test_sizes_for_driver_is_restored():
         assert resolve_model("A100-40GB").driver_branch == 470
     assert MODELS["A100-40GB"].profile("2g.10gb").memory_mib == 9856
     assert resolve_model("A100-40GB").driver_branch is None
+
+
+def test_for_driver_from_another_branch_starts_from_the_catalog():
+    """A model built for R470 (no 1g.10gb) asked for R580 gets 1g.10gb back, board kept."""
+    from exporter.catalog import board
+
+    old = board("A100-40GB", "PCIe", driver_version="470.57.02")
+    new = old.for_driver("580.95.05")
+    assert "1g.10gb" in {p.name for p in new.mig_profiles} and new.variant == "PCIe"
+    assert new.profile("2g.10gb").memory_mib == 9984
+    assert [p.sm_count for p in board("H100-PCIe", driver_version="535.104.05").for_driver(None).mig_profiles][-1] == 114
