@@ -34,7 +34,7 @@ MIGDEV = re.compile(r"^\|\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|\s+\d+MiB /\s+(\d+
 BAR1 = re.compile(r"^\|\s+\|\s+\d+MiB /\s+(\d+)MiB \|")
 SMI1 = re.compile(r"^\|\s+(\d+)\s+(.+?)\s+(On|Off)\s+\|")
 SMI2 = re.compile(r"^\| \S+\s+\d+C\s+(P\d+)\s+\d+W /\s+(\d+)W \|\s+(?:\d+MiB /\s+(\d+)MiB|N/A)\s+\|\s+\S+\s+(\S+) \|$")
-SMI3 = re.compile(r"^\|\s+\|\s+\|\s+(Enabled|Disabled) \|$")
+SMI3 = re.compile(r"^\|\s+\|\s+\|\s+(Enabled|Disabled|N/A) \|$")
 LGIPP = re.compile(r"^GPU\s+(\d+) Profile ID\s+(\d+) Placements?\s*: \{([\d,]+)\}:(\d+)$")
 LIST_GPU = re.compile(r"^GPU (\d+): (.+) \(UUID: (GPU-[0-9a-f-]{36})\)$")
 LIST_MIG = re.compile(r"^  MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[0-9a-f-]{36})\)$")
@@ -219,7 +219,10 @@ def _check_summary(lines: list[str], complete: bool = False) -> int:
             assert pynvml.nvmlDeviceGetMemoryInfo(handle).total // MIB == int(total)
         assert compute == "Default" and pynvml.nvmlDeviceGetComputeMode(handle) == pynvml.NVML_COMPUTEMODE_DEFAULT
         mig = SMI3.match(lines[i + 2]) if i + 2 < len(lines) else None
-        if mig:
+        if mig and mig.group(1) == "N/A":  # not MIG-capable: NVML says NotSupported
+            with pytest.raises(pynvml.NVMLError_NotSupported):
+                pynvml.nvmlDeviceGetMigMode(handle)
+        elif mig:
             current = pynvml.nvmlDeviceGetMigMode(handle)[0]
             assert (current == pynvml.NVML_DEVICE_MIG_ENABLE) == (mig.group(1) == "Enabled")
         checked += 1
