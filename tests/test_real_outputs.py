@@ -33,9 +33,12 @@ MIGDEV = re.compile(r"^\|\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|\s+\d+MiB /\s+(\d+
                     r"\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+) \|$")
 BAR1 = re.compile(r"^\|\s+\|\s+\d+MiB /\s+(\d+)MiB \|")
 SMI1 = re.compile(r"^\|\s+(\d+)\s+(.+?)\s+(On|Off)\s+\|")
-SMI2 = re.compile(r"^\| \S+\s+\d+C\s+(P\d+)\s+\d+W /\s+(\d+)W \|\s+(?:\d+MiB /\s+(\d+)MiB|N/A)\s+\|\s+\S+\s+(\S+) \|$")
+SMI2 = re.compile(r"^\| \S+\s+\d+C\s+(P\d+)\s+\d+W /\s+(\d+)W \|\s+(?:\d+MiB /\s+(\d+)MiB|N/A)\s+\|\s+\S+\s+(\S+(?: \S+)?) \|$")
 SMI3 = re.compile(r"^\|\s+\|\s+\|\s+(Enabled|Disabled|N/A) \|$")
 LGIPP = re.compile(r"^GPU\s+(\d+) Profile ID\s+(\d+) Placements?\s*: \{([\d,]+)\}:(\d+)$")
+LINK = re.compile(r"^\s+Link (\d+): ([\d.]+) GB/s$")
+COMPUTE_MODES = {"Default": pynvml.NVML_COMPUTEMODE_DEFAULT, "E. Process": pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS,
+                 "Prohibited": pynvml.NVML_COMPUTEMODE_PROHIBITED}
 LIST_GPU = re.compile(r"^GPU (\d+): (.+) \(UUID: (GPU-[0-9a-f-]{36})\)$")
 LIST_MIG = re.compile(r"^  MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[0-9a-f-]{36})\)$")
 
@@ -63,6 +66,8 @@ def play():
             gpu["variant"] = meta["variant"]
         if meta.get("layout") is not None:
             gpu["mig"] = meta["layout"]
+        if meta.get("compute_mode"):  # a host setting the output shows ("E. Process")
+            gpu["compute_mode"] = meta["compute_mode"]
         sim = Simulation(parse_scenario({"driver_version": str(meta["simulate_driver"]),
                                          "gpus": [dict(gpu) for _ in range(gpus)]}, f"{meta['source']}"))
         sim.install()
@@ -217,7 +222,7 @@ def _check_summary(lines: list[str], complete: bool = False) -> int:
         assert pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) // 1000 == int(cap)
         if total is not None:
             assert pynvml.nvmlDeviceGetMemoryInfo(handle).total // MIB == int(total)
-        assert compute == "Default" and pynvml.nvmlDeviceGetComputeMode(handle) == pynvml.NVML_COMPUTEMODE_DEFAULT
+        assert COMPUTE_MODES[compute] == pynvml.nvmlDeviceGetComputeMode(handle)
         mig = SMI3.match(lines[i + 2]) if i + 2 < len(lines) else None
         if mig and mig.group(1) == "N/A":  # not MIG-capable: NVML says NotSupported
             with pytest.raises(pynvml.NVMLError_NotSupported):
@@ -229,8 +234,34 @@ def _check_summary(lines: list[str], complete: bool = False) -> int:
     return checked
 
 
+def _check_nvlink(lines: list[str], complete: bool = False) -> int:
+    """nvidia-smi nvlink --status: every link of each GPU, up, at the printed speed (GB/s,
+    three decimals, from the link speed field in MB/s), and no link beyond the last printed."""
+    checked = 0
+    links: dict[int, list[int]] = {}
+    handle = gpu = None
+    for line in lines:
+        if m := LIST_GPU.match(line):
+            gpu = int(m.group(1))
+            handle = pynvml.nvmlDeviceGetHandleByIndex(gpu)
+            assert pynvml.nvmlDeviceGetName(handle) == m.group(2)
+        elif m := LINK.match(line):
+            link = int(m.group(1))
+            assert pynvml.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED
+            speed = pynvml.nvmlDeviceGetFieldValues(handle, [(pynvml.NVML_FI_DEV_NVLINK_GET_SPEED, link)])[0]
+            assert speed.nvmlReturn == pynvml.NVML_SUCCESS and f"{speed.value.uiVal / 1000:.3f}" == m.group(2)
+            links.setdefault(gpu, []).append(link)
+            checked += 1
+    for gpu, seen in links.items():
+        assert seen == list(range(len(seen)))
+        with pytest.raises(pynvml.NVMLError_InvalidArgument):
+            pynvml.nvmlDeviceGetNvLinkState(pynvml.nvmlDeviceGetHandleByIndex(gpu), len(seen))
+    return checked
+
+
 CHECKS = {"nvidia-smi mig -lgip": (_check_lgip, LGIP), "nvidia-smi mig -lgi": (_check_lgi, LGI),
           "nvidia-smi mig -lgipp": (_check_lgipp, LGIPP), "nvidia-smi -L": (_check_list, LIST_GPU),
+          "nvidia-smi nvlink --status": (_check_nvlink, LIST_GPU),
           "nvidia-smi (MIG devices table)": (_check_migdevices, MIGDEV), "nvidia-smi": (_check_summary, SMI1)}
 
 
