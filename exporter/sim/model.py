@@ -69,12 +69,12 @@ class GpuSpec:
     # Board variant key of the catalog model ("SXM4", "PCIe", "NVL"); None: the model's default.
     variant: str | None = None
     power_limit_watts: float | None = None  # enforced power limit; None: the board's default
+    # The scenario's driver: MIG sizes and BAR1 differ by branch (exporter.catalog.board).
+    driver_version: str = DEFAULT_DRIVER_VERSION
     persistence_mode: bool = True  # nvidia-persistenced runs (data-center default)
     present: bool = True  # False: not on the bus at t = 0 (appears with a gpu_attached event)
     pcie_tx_bytes_per_second: Timeline | None = None  # nvmlDeviceGetPcieThroughput; None: 0
     pcie_rx_bytes_per_second: Timeline | None = None
-    # The scenario's driver: MIG sizes and BAR1 differ by branch (exporter.catalog.board).
-    driver_version: str = DEFAULT_DRIVER_VERSION
 
 
 @dataclass(frozen=True)
