@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Iterable, Sequence
@@ -40,6 +41,23 @@ class MigProfile:
     ofas: int = 0
     media_extensions: bool = False  # "+me" profiles
     inferred: bool = False  # True when a value is [inf] in the reference facts
+    # ((first driver branch, memorySizeMB), ...) where branches print different sizes; empty
+    # when every observed branch agrees. ``memory_mib`` is the smallest unless the model was
+    # built for one branch (GpuModel.for_driver).
+    memory_by_branch: tuple[tuple[int, int], ...] = ()
+    since_branch: int = 0  # first driver branch offering this profile (0: every branch)
+
+    def memory_mib_on(self, branch: int | None) -> int:
+        """memorySizeMB on driver branch ``branch``; None: the smallest any branch prints."""
+        if not self.memory_by_branch:
+            return self.memory_mib
+        if branch is None:
+            return min(mib for _, mib in self.memory_by_branch)
+        chosen = self.memory_by_branch[0][1]
+        for first, mib in self.memory_by_branch:
+            if branch >= first:
+                chosen = mib
+        return chosen
 
 
 @dataclass(frozen=True)
@@ -60,6 +78,7 @@ class Variant:
     nvlink_active: bool  # links up (SXM baseboards, NVL bridges) or present but inactive
     overrides: tuple[tuple[str, object], ...] = ()  # GpuModel fields this board changes
     profiles_inferred: bool = False  # MIG table taken from another board: every profile inferred
+    profile_sms: tuple[tuple[str, int], ...] = ()  # observed multiprocessorCount per profile
 
 
 @dataclass(frozen=True)
@@ -99,6 +118,48 @@ class GpuModel:
     brand: int = 0  # NVML_BRAND_*
     default_app_clock_mhz: int = 0
     fans: int = 0  # every catalog board is passively cooled (fan calls: NotSupported)
+    # ((first driver branch, MiB), ...): the BAR1 aperture MIG devices share by memory slices
+    mig_bar1_mib: tuple[tuple[int, int], ...] = ()
+    # Driver branch the MIG sizes are for (580 for 580.95.05); None: the smallest size any
+    # observed branch prints, what is sure to fit whatever the driver (recommend's default).
+    driver_branch: int | None = None
+
+    def for_driver(self, driver_version: str | int | None) -> GpuModel:
+        """This model with the MIG profiles and memory sizes of driver ``driver_version``
+        ("580.95.05" or a branch number); None gives every profile at its smallest size (sure
+        to fit on every branch)."""
+        branch = driver_branch(driver_version)
+        if branch == self.driver_branch:
+            return self
+        source = self
+        if self.driver_branch is not None:  # another branch dropped profiles: start from the catalog's
+            base = _CATALOG[self.key]
+            source = base if base.variant == self.variant else base.with_variant(self.variant)
+        profiles = tuple(dataclasses.replace(p, memory_mib=p.memory_mib_on(branch))
+                         if p.memory_by_branch else p for p in source.mig_profiles
+                         if branch is None or p.since_branch <= branch)
+        return dataclasses.replace(self, mig_profiles=profiles, driver_branch=branch)
+
+    def mig_bar1_total_mib(self, profile: MigProfile) -> int:
+        """BAR1 total of a MIG device of ``profile`` on this model's driver branch: its memory
+        slices' share of the aperture, less 1 MiB (nvidia-smi's MIG devices table)."""
+        aperture = self.bar1_mib
+        for first, mib in self.mig_bar1_mib:
+            if self.driver_branch is None or self.driver_branch >= first:
+                aperture = mib
+        return aperture * profile.memory_slices // self.memory_slices - 1
+
+    @property
+    def sizes_basis(self) -> str:
+        """Which MIG sizes these are and from where, for a plan's basis line."""
+        differing = [p.name for p in self.mig_profiles if p.memory_by_branch]
+        branch = f"driver branch R{self.driver_branch}" if self.driver_branch is not None else None
+        if not differing:
+            return (f"{self.key} MIG sizes as nvidia-smi mig -lgip prints them on every observed "
+                    f"driver branch (docs/hardware-facts.md)")
+        which = branch or "the smallest any observed driver branch prints (sure to fit)"
+        return (f"{self.key} MIG sizes for {which}; {', '.join(differing)} differ by branch "
+                f"(docs/hardware-facts.md)")
 
     @property
     def mig_capable(self) -> bool:
@@ -146,7 +207,18 @@ class GpuModel:
             if p.name == name:
                 return p
         valid = ", ".join(p.name for p in self.mig_profiles) or "none (not MIG-capable)"
-        raise KeyError(f"unknown MIG profile {name!r} for {self.key} (valid: {valid})")
+        branch = f" on driver branch R{self.driver_branch}" if self.driver_branch is not None else ""
+        raise KeyError(f"unknown MIG profile {name!r} for {self.key}{branch} (valid: {valid})")
+
+
+def driver_branch(driver_version: str | int | None) -> int | None:
+    """580 for "580.95.05" or 580; None for None. ValueError for anything else."""
+    if driver_version is None or isinstance(driver_version, int):
+        return driver_version
+    head = str(driver_version).strip().split(".")[0].upper().removeprefix("R")
+    if not head.isdigit():
+        raise ValueError(f"driver version {driver_version!r} is not like 580.95.05 or R580")
+    return int(head)
 
 
 def _apply_variant(model: GpuModel, v: Variant) -> GpuModel:
@@ -157,10 +229,13 @@ def _apply_variant(model: GpuModel, v: Variant) -> GpuModel:
         min_power_limit_watts=v.min_power_limit_watts, max_power_limit_watts=v.max_power_limit_watts,
         idle_power_watts=v.idle_power_watts, form_factor=v.form_factor, nvlink_links=v.nvlink_links,
         nvlink_active=v.nvlink_active, **dict(v.overrides))
-    if v.profiles_inferred:
+    if v.profiles_inferred or v.profile_sms:
         sms = fields.get("sm_count", model.sm_count)
-        fields["mig_profiles"] = tuple(dataclasses.replace(p, inferred=True, sm_count=min(p.sm_count, sms))
-                                       for p in model.mig_profiles)
+        observed = dict(v.profile_sms)
+        fields["mig_profiles"] = tuple(
+            dataclasses.replace(p, inferred=p.inferred or v.profiles_inferred,
+                                sm_count=observed.get(p.name, min(p.sm_count, sms)))
+            for p in model.mig_profiles)
     return dataclasses.replace(model, **fields)
 
 
@@ -172,12 +247,16 @@ def _build_models() -> dict[str, GpuModel]:
         fields["variants"] = tuple(
             Variant(**{**v, "overrides": tuple(v.get("overrides", {}).items())})
             for v in catalog_variants.VARIANT_ROWS[key])
+        by_branch = catalog_data.BRANCH_MEMORY_GIB.get(key, {})
+        since = catalog_data.PROFILE_SINCE.get(key, {})
         profiles = tuple(
             MigProfile(
                 name=p[0], profile_id=p[1], enum_index=p[2], slice_count=p[3],
                 memory_slices=p[4], memory_mib=p[5], sm_count=p[6], max_instances=p[7],
                 starts=p[8], copy_engines=p[9], decoders=p[10], encoders=p[11], jpegs=p[12],
                 ofas=p[13], media_extensions=p[14], inferred=p[15],
+                memory_by_branch=tuple((b, catalog_data.gib(g)) for b, g in by_branch.get(p[0], ())),
+                since_branch=since.get(p[0], 0),
             )
             for p in fields.pop("profiles")
         )
@@ -188,6 +267,24 @@ def _build_models() -> dict[str, GpuModel]:
 
 # Each model as its default board (the first variant).
 MODELS: dict[str, GpuModel] = _build_models()
+_CATALOG: dict[str, GpuModel] = dict(MODELS)  # never rebound by sizes_for_driver
+
+
+@contextmanager
+def sizes_for_driver(driver_version: str | int | None):
+    """Within the block, MODELS (and name look-ups) hold the MIG sizes of ``driver_version``;
+    None keeps the smallest any branch prints. For `exporter recommend --driver`, whose
+    planner modules read MODELS directly; restored on exit."""
+    global _BY_NAME
+    saved, saved_names = dict(MODELS), _BY_NAME
+    try:
+        MODELS.update({k: m.for_driver(driver_version) for k, m in saved.items()})
+        _BY_NAME = _names()
+        yield
+    finally:
+        MODELS.clear()
+        MODELS.update(saved)
+        _BY_NAME = saved_names
 
 
 def _names() -> dict[str, GpuModel]:
@@ -197,7 +294,8 @@ def _names() -> dict[str, GpuModel]:
             by_name[name.casefold()] = model
         for v in model.variants:
             board = model if v.key == model.variant else model.with_variant(v.key)
-            for name in (v.nvml_name, *v.aliases):
+            by_name.setdefault(v.nvml_name.casefold(), board)  # a name two boards share: the first
+            for name in v.aliases:
                 by_name[name.casefold()] = board
     return by_name
 
@@ -205,11 +303,13 @@ def _names() -> dict[str, GpuModel]:
 _BY_NAME: dict[str, GpuModel] = _names()
 
 
-def board(name: str, variant: str | None = None, power_limit_watts: float | None = None) -> GpuModel:
+def board(name: str, variant: str | None = None, power_limit_watts: float | None = None,
+          driver_version: str | int | None = None) -> GpuModel:
     """The model called ``name`` as board ``variant`` (default: the one the name implies) with
-    its enforced power limit set to ``power_limit_watts`` (default: the board's default limit).
+    its enforced power limit set to ``power_limit_watts`` (default: the board's default limit)
+    and the MIG sizes of ``driver_version`` (default: the smallest any branch prints).
     KeyError (one-line message) for an unknown name or variant."""
-    model = resolve_model(name)
+    model = resolve_model(name).for_driver(driver_version)
     if variant is not None and variant.casefold() != model.variant.casefold():
         model = model.with_variant(variant)
     if power_limit_watts is not None:

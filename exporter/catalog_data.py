@@ -7,8 +7,9 @@ commonly posted nvidia-smi output; each row says which, and "inferred" marks gue
 Memory: the facts tables print GiB with two decimals (nvidia-smi mig -lgip). MIG memory is
 allocated in 32 MiB steps, so ``gib()`` maps a printed value to the nearest multiple of
 32 MiB (e.g. 5.81 -> 5952 MiB, 19.62 -> 20096 MiB, 46.38 -> 47488 MiB, matching the MiB
-values the facts file quotes). Where two driver generations are given ("a/b") the newer,
-second value is used.
+values the facts file quotes). Where driver branches print different sizes, a row holds the
+smallest (what is sure to fit on any driver) and ``BRANCH_MEMORY_GIB`` holds each branch's
+value; the simulator follows the branch its scenario claims to be (exporter.catalog.board).
 """
 
 from __future__ import annotations
@@ -47,22 +48,25 @@ A30_PROFILES: tuple[ProfileRow, ...] = (
 A100_40GB_PROFILES: tuple[ProfileRow, ...] = (
     ("1g.5gb", 19, E1, 1, 1, gib(4.75), 14, 7, _S1, 1, 0, 0, 0, 0, False, False),
     ("1g.5gb+me", 20, E1ME, 1, 1, gib(4.75), 14, 1, _S1, 1, 1, 0, 1, 1, True, False),
-    ("1g.10gb", 15, E1X2, 1, 2, gib(9.75), 14, 4, _S1X2, 1, 1, 0, 0, 0, False, False),
-    ("2g.10gb", 14, E2, 2, 2, gib(9.75), 28, 3, _S2, 2, 1, 0, 0, 0, False, False),
-    ("3g.20gb", 9, E3, 3, 4, gib(19.62), 42, 2, _S3, 3, 2, 0, 0, 0, False, False),
-    ("4g.20gb", 5, E4, 4, 4, gib(19.62), 56, 1, _S4, 4, 2, 0, 0, 0, False, False),
-    ("7g.40gb", 0, E7, 7, 8, gib(39.50), 98, 1, _S7, 7, 5, 0, 1, 1, False, False),
+    ("1g.10gb", 15, E1X2, 1, 2, gib(9.62), 14, 4, _S1X2, 1, 1, 0, 0, 0, False, False),
+    ("2g.10gb", 14, E2, 2, 2, gib(9.62), 28, 3, _S2, 2, 1, 0, 0, 0, False, False),
+    ("3g.20gb", 9, E3, 3, 4, gib(19.50), 42, 2, _S3, 3, 2, 0, 0, 0, False, False),
+    ("4g.20gb", 5, E4, 4, 4, gib(19.50), 56, 1, _S4, 4, 2, 0, 0, 0, False, False),
+    ("7g.40gb", 0, E7, 7, 8, gib(39.25), 98, 1, _S7, 7, 5, 0, 1, 1, False, False),
 )
 
 # Same ids, SMs, engines (CE taken from the 40GB table) and placements as the 40GB part.
+# Memory [obs]: nvidia-smi mig -lgip prints 9.50 / 19.50 / 39.25 / 79.00 GiB and the MIG devices
+# hold 9728 / 19968 / 40192 MiB on drivers 510, 515, 550 and 570 alike (docs/hardware-facts.md);
+# the 9.75 / 19.62 / 39.50 / 79.25 once listed here are the H100 80GB HBM3 sizes, not this board's.
 A100_80GB_PROFILES: tuple[ProfileRow, ...] = (
-    ("1g.10gb", 19, E1, 1, 1, gib(9.75), 14, 7, _S1, 1, 0, 0, 0, 0, False, False),
-    ("1g.10gb+me", 20, E1ME, 1, 1, gib(9.75), 14, 1, _S1, 1, 1, 0, 1, 1, True, False),
-    ("1g.20gb", 15, E1X2, 1, 2, gib(19.62), 14, 4, _S1X2, 1, 1, 0, 0, 0, False, False),
-    ("2g.20gb", 14, E2, 2, 2, gib(19.62), 28, 3, _S2, 2, 1, 0, 0, 0, False, False),
-    ("3g.40gb", 9, E3, 3, 4, gib(39.50), 42, 2, _S3, 3, 2, 0, 0, 0, False, False),
-    ("4g.40gb", 5, E4, 4, 4, gib(39.50), 56, 1, _S4, 4, 2, 0, 0, 0, False, False),
-    ("7g.80gb", 0, E7, 7, 8, gib(79.25), 98, 1, _S7, 7, 5, 0, 1, 1, False, False),
+    ("1g.10gb", 19, E1, 1, 1, gib(9.50), 14, 7, _S1, 1, 0, 0, 0, 0, False, False),
+    ("1g.10gb+me", 20, E1ME, 1, 1, gib(9.50), 14, 1, _S1, 1, 1, 0, 1, 1, True, False),
+    ("1g.20gb", 15, E1X2, 1, 2, gib(19.50), 14, 4, _S1X2, 1, 1, 0, 0, 0, False, False),
+    ("2g.20gb", 14, E2, 2, 2, gib(19.50), 28, 3, _S2, 2, 1, 0, 0, 0, False, False),
+    ("3g.40gb", 9, E3, 3, 4, gib(39.25), 42, 2, _S3, 3, 2, 0, 0, 0, False, False),
+    ("4g.40gb", 5, E4, 4, 4, gib(39.25), 56, 1, _S4, 4, 2, 0, 0, 0, False, False),
+    ("7g.80gb", 0, E7, 7, 8, gib(79.00), 98, 1, _S7, 7, 5, 0, 1, 1, False, False),
 )
 
 H100_80GB_PROFILES: tuple[ProfileRow, ...] = (
@@ -86,15 +90,16 @@ H100_NVL_PROFILES: tuple[ProfileRow, ...] = (
     ("7g.94gb", 0, E7, 7, 8, gib(93.12), 132, 1, _S7, 8, 7, 0, 7, 1, False, False),
 )
 
-# H200: values [obs] (mig-parted#120), placements [inf] (assumed as H100) -> inferred=True.
+# H200: values [obs] (mig-parted#120: 2g.35gb 32.25 and 7g.141gb 139.75 GiB, like 1g.35gb's 32.25),
+# placements [inf] (assumed as H100) -> inferred=True.
 H200_PROFILES: tuple[ProfileRow, ...] = (
     ("1g.18gb", 19, E1, 1, 1, gib(16.00), 16, 7, _S1, 1, 1, 0, 1, 0, False, True),
     ("1g.18gb+me", 20, E1ME, 1, 1, gib(16.00), 16, 1, _S1, 1, 1, 0, 1, 1, True, True),
     ("1g.35gb", 15, E1X2, 1, 2, gib(32.25), 26, 4, _S1X2, 1, 1, 0, 1, 0, False, True),
-    ("2g.35gb", 14, E2, 2, 2, gib(32.50), 32, 3, _S2, 2, 2, 0, 2, 0, False, True),
+    ("2g.35gb", 14, E2, 2, 2, gib(32.25), 32, 3, _S2, 2, 2, 0, 2, 0, False, True),
     ("3g.71gb", 9, E3, 3, 4, gib(69.50), 60, 2, _S3, 3, 3, 0, 3, 0, False, True),
     ("4g.71gb", 5, E4, 4, 4, gib(69.50), 64, 1, _S4, 4, 4, 0, 4, 0, False, True),
-    ("7g.141gb", 0, E7, 7, 8, gib(140.00), 132, 1, _S7, 8, 7, 0, 7, 1, False, True),
+    ("7g.141gb", 0, E7, 7, 8, gib(139.75), 132, 1, _S7, 8, 7, 0, 7, 1, False, True),
 )
 
 # B200: placements [inf] (as H100) for every profile -> inferred=True throughout.
@@ -115,6 +120,35 @@ B200_PROFILES: tuple[ProfileRow, ...] = (
     ("4g.90gb", 5, E4, 4, 4, gib(89.00), 72, 1, _S4, 8, 1, 0, 1, 0, False, True),
     ("7g.180gb", 0, E7, 7, 8, gib(178.25), 148, 1, _S7, 16, 1, 0, 1, 1, False, True),
 )
+
+# Sizes that differ by driver branch: model -> profile -> ((first branch, GiB printed by
+# nvidia-smi mig -lgip), ...), oldest first. A branch uses the last entry whose first branch is
+# at or below it. A100-40GB (docs/hardware-facts.md, tests/data/nvidia-smi):
+# - up to R510 [obs]: 9.75 / 19.62 / 39.50 GiB for 2g.10gb / 3g.20gb (4g.20gb) / 7g.40gb
+#   (510.47.03 on an A100-PCIE-40GB; the MIG guide's R450-era example);
+# - R525 [obs, boundary inf]: 9.62 / 19.50 / 39.25, the first outputs listing 1g.10gb (the MIG
+#   guide's current example; a December 2023 setup);
+# - R550 on [obs, boundary inf]: 9.75 / 19.62 again and 39.38 for 7g.40gb (a 2025 GPU Operator
+#   deployment); R580 MIG devices hold the 9.75 / 19.62 sizes (issue 25's 580.126.09 audit found
+#   only their BAR1 to differ).
+BRANCH_MEMORY_GIB: dict[str, dict[str, tuple[tuple[int, float], ...]]] = {
+    "A100-40GB": {
+        "1g.10gb": ((0, 9.75), (525, 9.62), (550, 9.75)),
+        "2g.10gb": ((0, 9.75), (525, 9.62), (550, 9.75)),
+        "3g.20gb": ((0, 19.62), (525, 19.50), (550, 19.62)),
+        "4g.20gb": ((0, 19.62), (525, 19.50), (550, 19.62)),
+        "7g.40gb": ((0, 39.50), (525, 39.25), (550, 39.38)),
+    },
+}
+
+# First driver branch that offers a profile (MIG user guide, nvml_facts.md §2.3) [src]; older
+# branches list the others only (an R470-R515 A30 prints no 2g.12gb+me [obs], docs/hardware-facts.md).
+# A100-80GB follows the 40GB part's rows [inf]. Profiles not named here exist on every branch.
+PROFILE_SINCE: dict[str, dict[str, int]] = {
+    "A30": {"1g.6gb+me": 470, "2g.12gb+me": 525},
+    "A100-40GB": {"1g.5gb+me": 470, "1g.10gb": 525},
+    "A100-80GB": {"1g.10gb+me": 470, "1g.20gb": 525},
+}
 
 # Model row: key -> dict of GpuModel fields except mig_profiles.
 # memory_total_mib: "Total" as nvidia-smi prints it. memory_reserved_mib: the v2 "reserved"
@@ -168,8 +202,8 @@ MODEL_ROWS: dict[str, dict] = {
     "H200": dict(
         nvml_name="NVIDIA H200", aliases=("H200-141GB",), architecture="hopper",
         compute_capability=(9, 0), pci_device_id=0x233510DE,
-        memory_total_mib=143771, memory_reserved_mib=384,  # total commonly posted; reserved inferred
-        # (kept small enough that the 7g.141gb instance, 143360 MiB, fits in total - reserved)
+        # total commonly posted; reserved [obs] 700 MiB (nvidia-smi -q, driver 550.90.12)
+        memory_total_mib=143771, memory_reserved_mib=700,
         sm_count=132, power_limit_watts=700.0, idle_power_watts=75.0,  # spec sheet (SXM)
         max_clocks_mhz=(1980, 1980, 3201, 1755),  # spec sheet boost 1980; mem/video inferred
         memory_slices=8, compute_slices=7, max_mig_devices=7, profiles=H200_PROFILES,
@@ -184,7 +218,8 @@ MODEL_ROWS: dict[str, dict] = {
     ),
     "L4": dict(
         nvml_name="NVIDIA L4", aliases=(), architecture="ada", compute_capability=(8, 9),
-        pci_device_id=0x27B810DE, memory_total_mib=23034, memory_reserved_mib=280,  # reserved inferred
+        pci_device_id=0x27B810DE, memory_total_mib=23034,
+        memory_reserved_mib=556,  # reserved [obs] nvidia-smi -q, driver 550.90.07
         sm_count=58, power_limit_watts=72.0, idle_power_watts=16.0,  # spec sheet
         max_clocks_mhz=(2040, 2040, 6251, 1770),  # spec sheet boost 2040; mem/video inferred
         memory_slices=0, compute_slices=0, max_mig_devices=0, profiles=(),

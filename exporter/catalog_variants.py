@@ -16,6 +16,8 @@ Sources (tags as in nvml_facts.md: [obs] observed output, [src] vendor/spec, [in
   NVLink2: 50 GB/s, NVLink5: 100 GB/s per link) [inf from src]; PCIe cards report their
   bridge links as present but inactive (no bridge assumed).
 - BAR1: H100 80GB HBM3 131072 MiB (NVIDIA/nccl#1453 nvidia-smi -q) [obs]; others [inf]
+  (per MIG device on A100-80GB pre-580: 32767 MiB for 2g.20gb, XuehaiPan/nvitop#8 [obs];
+  A100-40GB on R580: see mig_bar1_mib below)
   (BAR1 is a power of two at least the framebuffer on data-center boards; T4 256 MiB [obs]).
 - Max clocks H100 SXM5 (1980, 1980, 2619, 1545) and default application clock 1980 MHz:
   NVIDIA/DCGM#120 nvidia-smi -q [obs]; A100-SXM4-80GB (1410, 1410, 1593, 1290) and default
@@ -38,7 +40,13 @@ BOARD_ROWS: dict[str, dict] = {
     "A30": dict(bar1_mib=32768, pcie_generation=4, pcie_width=16, nvlink_version=NVLINK_V3,
                 idle_pstate=0, temperature_limits_c=(92, 89, 85, 95), memory_bus_width=3072,
                 brand=BRAND_NVIDIA, default_app_clock_mhz=1440),
-    "A100-40GB": dict(bar1_mib=65536, pcie_generation=4, pcie_width=16, nvlink_version=NVLINK_V3,
+    # mig_bar1_mib: ((first driver branch, aperture MiB), ...): a MIG device's BAR1 is the
+    # aperture's share of its memory slices, less 1 MiB. Pre-580 the aperture is the whole
+    # GPU's BAR1 (32767 / 16383 / 8191 MiB for 4g / 2g / 1g on A100-40GB [obs]); R580 gives a
+    # smaller one: 12211 / 6105 / 3052 MiB on 580.126.09 [obs] = 24424 MiB x slices/8 - 1.
+    # Boards without an entry use their whole BAR1 on every branch (R580 value not observed).
+    "A100-40GB": dict(mig_bar1_mib=((0, 65536), (580, 24424)),
+                      bar1_mib=65536, pcie_generation=4, pcie_width=16, nvlink_version=NVLINK_V3,
                       idle_pstate=0, temperature_limits_c=(92, 89, 85, 95), memory_bus_width=5120,
                       brand=BRAND_NVIDIA, default_app_clock_mhz=1095),
     "A100-80GB": dict(bar1_mib=131072, pcie_generation=4, pcie_width=16, nvlink_version=NVLINK_V3,
@@ -96,6 +104,13 @@ VARIANT_ROWS: dict[str, tuple[dict, ...]] = {
              pci_subsystem_id=0x147F10DE, power_limit_watts=400.0, min_power_limit_watts=100.0,
              max_power_limit_watts=400.0, idle_power_watts=60.0, form_factor="SXM",
              nvlink_links=12, nvlink_active=True),
+        # HGX A100 80GB boards built for 500 W report the same product name with a 500 W cap
+        # (nvidia-smi "51W / 500W", driver 545.23.08, NVIDIA/mig-parted#31) [obs]; subsystem id
+        # and minimum limit as the 400 W module [inf]. Selected by variant or alias only.
+        dict(key="SXM4-500W", nvml_name="NVIDIA A100-SXM4-80GB", aliases=("A100-80GB-500W",),
+             pci_device_id=0x20B210DE, pci_subsystem_id=0x147F10DE, power_limit_watts=500.0,
+             min_power_limit_watts=100.0, max_power_limit_watts=500.0, idle_power_watts=50.0,
+             form_factor="SXM", nvlink_links=12, nvlink_active=True),
         dict(key="PCIe", nvml_name="NVIDIA A100 80GB PCIe", aliases=("A100-80GB-PCIe",), pci_device_id=0x20B510DE,
              pci_subsystem_id=0x153310DE, power_limit_watts=300.0, min_power_limit_watts=150.0,
              max_power_limit_watts=300.0, idle_power_watts=45.0, form_factor="PCIe",
@@ -108,14 +123,17 @@ VARIANT_ROWS: dict[str, tuple[dict, ...]] = {
              min_power_limit_watts=200.0, max_power_limit_watts=700.0, idle_power_watts=70.0,
              form_factor="SXM", nvlink_links=18, nvlink_active=True),
         # H100 PCIe: 114 SMs, 350 W, boost 1755 MHz, HBM2e (spec sheet / NVIDIA H100 MIG
-        # launchpad page: "114 SMs per GPU"). Its MIG profile SM counts are not published
-        # (nvml_facts.md §9 item 4): the SXM5 table is used and marked inferred.
+        # launchpad page: "114 SMs per GPU"). MIG SMs [obs] (nvidia-smi mig -lgip, drivers 525
+        # and 570): 14 / 14 / 14 / 30 / 46 / 62 / 114 for 1g.10gb / 1g.10gb+me / 1g.20gb /
+        # 2g.20gb / 3g.40gb / 4g.40gb / 7g.80gb. A 570.169 output (docs/hardware-facts.md) prints
+        # the SXM5 table's memory, ids and engines for the rest [obs]; placements as SXM5 [inf].
         dict(key="PCIe", nvml_name="NVIDIA H100 PCIe", aliases=("H100-PCIe",), pci_device_id=0x233110DE,
              pci_subsystem_id=0x162610DE, power_limit_watts=350.0, min_power_limit_watts=200.0,
              max_power_limit_watts=350.0, idle_power_watts=48.0, form_factor="PCIe",
              nvlink_links=12, nvlink_active=False,
              overrides=dict(sm_count=114, max_clocks_mhz=(1755, 1755, 1593, 1545)),
-             profiles_inferred=True),
+             profile_sms=(("1g.10gb", 14), ("1g.10gb+me", 14), ("1g.20gb", 14), ("2g.20gb", 30),
+                          ("3g.40gb", 46), ("4g.40gb", 62), ("7g.80gb", 114))),
     ),
     "H100-NVL": (
         dict(key="NVL", nvml_name="NVIDIA H100 NVL", aliases=(), pci_device_id=0x232110DE,

@@ -71,7 +71,10 @@ def test_profile_tables_are_self_consistent(model):
     assert len({p.enum_index for p in model.mig_profiles}) == len(model.mig_profiles)
     for p in model.mig_profiles:
         assert all(s + p.memory_slices <= model.memory_slices for s in p.starts)
-        assert p.memory_mib * MIB <= model.memory_capacity_bytes
+        # Against the total, not total - reserved: the reserved figure is the non-MIG driver's,
+        # and a real H200 (143771 MiB total, 700 MiB reserved on 550.90.12) still prints a
+        # 139.75 GiB (143104 MiB) 7g.141gb.
+        assert p.memory_mib <= model.memory_total_mib
     assert max(p.sm_count for p in model.mig_profiles) <= model.sm_count
 
 
@@ -248,3 +251,73 @@ def test_maximal_layouts_cannot_grow():
     balanced = frozenset({("2g.20gb", 0), ("1g.10gb", 2), ("1g.10gb", 3), ("3g.40gb", 4)})
     assert balanced in set(map(frozenset, maximal))
     assert frozenset({("1g.10gb", s) for s in range(7)}) in set(map(frozenset, maximal))
+
+
+# --- driver branches (issue 25; docs/hardware-facts.md) ------------------------------------
+
+
+def test_a100_80gb_sizes_are_what_real_drivers_print():
+    """9.50 / 19.50 / 39.25 / 79.00 GiB (9728 / 19968 / 40192 / 80896 MiB) on every branch."""
+    from exporter.catalog import board
+
+    for driver in (None, "510.108.03", "535.104.05", "580.95.05"):
+        m = board("A100-80GB", driver_version=driver)
+        sizes = {p.name: p.memory_mib for p in m.mig_profiles}
+        assert (sizes["1g.10gb"], sizes["2g.20gb"], sizes["3g.40gb"], sizes["7g.80gb"]) == (9728, 19968, 40192, 80896)
+
+
+def test_h100_pcie_mig_sms_are_its_own():
+    """H100 PCIe (114 SMs): 14/14/14/30/46/62/114, not the SXM5 table."""
+    pcie = resolve_model("NVIDIA H100 PCIe")
+    assert [p.sm_count for p in pcie.mig_profiles] == [14, 14, 14, 30, 46, 62, 114]
+    assert [p.sm_count for p in H100.mig_profiles] == [16, 16, 26, 32, 60, 64, 132]
+
+
+def test_each_branch_keeps_its_own_sizes_and_profiles():
+    """A100-40GB 2g.10gb: 9984 MiB up to R510 and from R550, 9856 on R525-R545; no branch: the smaller.
+    Profiles newer than the branch are absent (A30 2g.12gb+me from R525)."""
+    from exporter.catalog import board, driver_branch
+
+    assert board("A100-40GB", driver_version="470.57.02").profile("2g.10gb").memory_mib == 9984
+    assert board("A100-40GB", driver_version="R525").profile("2g.10gb").memory_mib == 9856
+    assert board("A100-40GB", driver_version="580.95.05").profile("7g.40gb").memory_mib == 40320  # 39.38 GiB
+    assert A100_40.profile("2g.10gb").memory_mib == 9856 and A100_40.driver_branch is None
+    assert "1g.10gb" not in {p.name for p in board("A100-40GB", driver_version="470.57.02").mig_profiles}
+    with pytest.raises(KeyError, match="on driver branch R470"):
+        board("A30", driver_version="470.57.02").profile("2g.12gb+me")
+    assert board("A30").profile("2g.12gb+me").memory_mib == 11968
+    assert driver_branch("580.95.05") == 580 and driver_branch(None) is None
+    with pytest.raises(ValueError):
+        driver_branch("latest")
+
+
+def test_mig_bar1_follows_the_branch():
+    """A100-40GB MIG BAR1: 32767/16383/8191 MiB before R580, 12211/6105/3052 MiB on R580."""
+    from exporter.catalog import board
+
+    for driver, expected in (("535.104.05", (32767, 16383, 8191)), ("580.126.09", (12211, 6105, 3052))):
+        m = board("A100-40GB", driver_version=driver)
+        assert tuple(m.mig_bar1_total_mib(m.profile(n)) for n in ("4g.20gb", "2g.10gb", "1g.5gb")) == expected
+    h100 = board("H100-80GB", driver_version="580.95.05")  # R580 aperture not observed: whole BAR1
+    assert h100.mig_bar1_total_mib(h100.profile("3g.40gb")) == 131072 * 4 // 8 - 1
+
+
+def test_sizes_for_driver_is_restored():
+    from exporter.catalog import sizes_for_driver
+
+    with sizes_for_driver("470.57.02"):
+        assert MODELS["A100-40GB"].profile("2g.10gb").memory_mib == 9984
+        assert resolve_model("A100-40GB").driver_branch == 470
+    assert MODELS["A100-40GB"].profile("2g.10gb").memory_mib == 9856
+    assert resolve_model("A100-40GB").driver_branch is None
+
+
+def test_for_driver_from_another_branch_starts_from_the_catalog():
+    """A model built for R470 (no 1g.10gb) asked for R580 gets 1g.10gb back, board kept."""
+    from exporter.catalog import board
+
+    old = board("A100-40GB", "PCIe", driver_version="470.57.02")
+    new = old.for_driver("580.95.05")
+    assert "1g.10gb" in {p.name for p in new.mig_profiles} and new.variant == "PCIe"
+    assert new.profile("2g.10gb").memory_mib == 9984
+    assert [p.sm_count for p in board("H100-PCIe", driver_version="535.104.05").for_driver(None).mig_profiles][-1] == 114

@@ -158,11 +158,18 @@ def test_inference_cards_idle_in_p8_and_busy_in_p0(host):
 
 
 def test_bar1_per_mig_device_is_its_share_of_memory_slices(host):
-    """A100-40GB 3g.20gb: 4 of 8 memory slices of 65536 MiB, less 1 MiB (MIG guide table)."""
-    host({"gpus": [{"model": "A100-40GB", "mig": [{"profile": "3g.20gb"}, {"profile": "1g.5gb"}]}]})
+    """A100-40GB 3g.20gb: 4 of 8 memory slices of 65536 MiB, less 1 MiB, before R580 (MIG guide
+    table); R580 maps a smaller aperture: 4g.20gb 12211 MiB, 1g.5gb 3052 MiB on 580.126.09."""
+    host({"driver_version": "535.104.05",
+          "gpus": [{"model": "A100-40GB", "mig": [{"profile": "3g.20gb"}, {"profile": "1g.5gb"}]}]})
     mig = first_mig(h(0))
     assert pynvml.nvmlDeviceGetBAR1MemoryInfo(mig).bar1Total == 32767 * MIB
     assert pynvml.nvmlDeviceGetBAR1MemoryInfo(h(0)).bar1Total == 65536 * MIB
+    host({"driver_version": "580.126.09",
+          "gpus": [{"model": "A100-40GB", "mig": [{"profile": "4g.20gb"}, {"profile": "1g.5gb", "start": 4}]}]})
+    totals = sorted(pynvml.nvmlDeviceGetBAR1MemoryInfo(
+        pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h(0), i)).bar1Total // MIB for i in range(2))
+    assert totals == [3052, 12211]
 
 
 def test_mig_parent_compute_mode_is_default_and_media_engines_not_supported(host):

@@ -200,7 +200,7 @@ def test_process_memory_above_gpu_capacity(tmp_path):
 
 
 def test_process_memory_above_mig_capacity(tmp_path):
-    """10 GiB cannot fit a 2g.10gb instance (9984 MiB)."""
+    """10 GiB cannot fit a 2g.10gb instance (9984 MiB on the default R580; 9856 on R525-R545)."""
     text = BASE_GPUS + "processes:\n  - {pid: 1, name: a, gpu: 1, mig: 1, memory: 10GiB}\n"
     assert_refused(tmp_path, text, "processes[0].memory", "exceeds", "2g.10gb", "9984 MiB")
 

@@ -59,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help=f"observed history shorter than this makes the plan a draft (default {DEFAULT_MIN_WINDOW})")
     add_client_flags(parser, "from", "the exporters of --from")
     add_client_flags(parser, "prometheus", "--prometheus")
+    opt.add_argument("--driver", metavar="VERSION",
+                     help="driver the GPUs run (580.95.05 or R580): plan with that branch's MIG sizes "
+                          "(default: the smallest any driver branch prints, sure to fit on all)")
     out = parser.add_argument_group("output")
     out.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
     out.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
@@ -176,10 +179,15 @@ def run(args: argparse.Namespace) -> int:
     from exporter.recommend.report import recommend
 
     http_fetch.configure(client_options(args, "from"), client_options(args, "prometheus"))
+    try:
+        catalog.driver_branch(args.driver)
+    except ValueError as exc:
+        raise UserError(f"--driver: {exc}") from None
     demand = build_demand(args)
     if not demand.workloads:
         raise UserError("recommend: no workload to place (the inputs show GPUs but no process)")
-    text = render(recommend(demand), args.format)
+    with catalog.sizes_for_driver(args.driver):  # planning and the basis line read MODELS
+        text = render(recommend(demand), args.format)
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as f:

@@ -9,6 +9,7 @@ import yaml
 from exporter.recommend.baselines import Baseline
 from exporter.recommend.mps import MpsAdvice
 from exporter.recommend.mps_pack import gpus_needed
+from exporter.recommend.outputs_text import mig_sizes_lines
 from exporter.recommend.result import GpuPlan, ModelPlan, Recommendation
 
 
@@ -86,7 +87,7 @@ def to_dict(rec: Recommendation) -> dict:
         "basis": {"start": b.start, "end": b.end, "clock": b.clock, "window_seconds": b.window_seconds,
                   "samples": b.samples, "instances": b.instances, "nodes": b.nodes, "gaps": list(b.gaps),
                   "min_window_seconds": b.min_window_seconds, "learned_profiles": b.learned_profiles,
-                  "margins": rec.margin_text},
+                  "margins": rec.margin_text, "mig_sizes": mig_sizes_lines(rec)},
         "sources": list(rec.sources),
         "notes": list(rec.notes),
         "models": [_plan(p) for p in rec.plans],

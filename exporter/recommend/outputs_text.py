@@ -69,11 +69,20 @@ def basis_lines(rec: Recommendation) -> list[str]:
         lines.append(f"a plan of {plural(len(rec.workloads), 'workload')} (nothing observed)")
     if rec.margin_text:
         lines.append(rec.margin_text)
+    lines += mig_sizes_lines(rec)
     if rec.draft:
         lines.append(f"DRAFT: only {duration(b.window_seconds)} of history (less than the minimum "
                      f"{duration(b.min_window_seconds)}, --min-window): a longer window may see higher peaks "
                      "and more jobs at once")
     return lines
+
+
+def mig_sizes_lines(rec: Recommendation) -> list[str]:
+    """Which MIG profile sizes the plan assumed, and from where (sizes differ by driver)."""
+    from exporter import catalog  # here, not at the top: keeps this module's imports as they are
+
+    keys = sorted({p.model for p in rec.plans if p.model in catalog.MODELS and catalog.MODELS[p.model].mig_capable})
+    return [f"MIG sizes assumed: {catalog.MODELS[k].sizes_basis}" for k in keys]
 
 
 def summary_lines(rec: Recommendation) -> list[str]:

@@ -56,9 +56,14 @@ def pattern_of(profiles: tuple[MigProfile, ...], layout) -> tuple[int, ...]:
     return tuple(counts.get(p.name, 0) for p in profiles)
 
 
-@lru_cache(maxsize=None)
 def model_patterns(key: str) -> ModelPatterns:
-    """Undominated patterns of the MIG-capable model ``key`` (cached: enumeration costs ~50 ms)."""
+    """Undominated patterns of the MIG-capable model ``key`` (cached: enumeration costs ~50 ms),
+    with the MIG sizes catalog.MODELS holds now (recommend --driver)."""
+    return _model_patterns(key, catalog.MODELS[key].driver_branch)
+
+
+@lru_cache(maxsize=None)
+def _model_patterns(key: str, branch: int | None) -> ModelPatterns:  # branch: part of the cache key
     model = catalog.MODELS[key]
     profiles = planning_profiles(model)
     plain = dataclasses.replace(model, mig_profiles=profiles)

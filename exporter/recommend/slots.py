@@ -91,8 +91,13 @@ class ModelSlots:
         return (*counts, 0)
 
 
-@lru_cache(maxsize=None)
 def model_slots(key: str) -> ModelSlots:
+    """Slots of model ``key`` with the MIG sizes catalog.MODELS holds now (recommend --driver)."""
+    return _model_slots(key, catalog.MODELS[key].driver_branch)
+
+
+@lru_cache(maxsize=None)
+def _model_slots(key: str, branch: int | None) -> ModelSlots:  # branch: part of the cache key
     model = catalog.MODELS[key]
     whole = Slot(FULL, model.memory_capacity_bytes // MIB, model.sm_count,
                  model.compute_slices or 1, model.memory_slices or 1)

@@ -4,7 +4,7 @@
 
 PROGRAM is a console script of an installed package (``nvitop``, ``gpustat``) or a Python
 file (``example.py``). Before it starts, the scenario is installed as pynvml's libnvidia-ml
-and advanced to ``--at`` virtual seconds, and psutil reads the simulation's /proc (its
+and advanced to ``--at`` virtual seconds, and psutil, where installed, reads the simulation's /proc (its
 simulated processes plus, linked to the real /proc, the host-wide files and this process),
 so the client sees the simulated GPUs, processes and their owners, command lines and start
 times. The simulated clock reads the real time at ``--at``.
@@ -55,9 +55,12 @@ def run(scenario_path: str, at: float, program: list[str], record: str | None) -
     sim.install()
     sim.advance_to(at)
     sim.mirror_host()
-    import psutil
-
-    psutil.PROCFS_PATH = sim.procfs_root
+    try:
+        import psutil
+    except ImportError:  # not installed: then the client does not use it either (a plain install)
+        psutil = None
+    if psutil is not None:
+        psutil.PROCFS_PATH = sim.procfs_root
     sys.argv = list(program)
     try:
         if main is not None:

@@ -46,7 +46,7 @@ from exporter.sim.fakelib_mig import MigCalls
 from exporter.sim.fakelib_procs import ProcessCalls
 from exporter.sim.fakelib_sensors import SensorCalls
 from exporter.sim.faults import FaultMatcher, call_matches  # noqa: F401 - re-exported
-from exporter.sim.nvml_symbols import exported
+from exporter.sim.nvml_symbols import SYMBOLS_BY_BRANCH, exported
 
 if TYPE_CHECKING:
     from exporter.sim import Simulation
@@ -142,5 +142,6 @@ class FakeNvmlLib:
 
 
 def _branch(driver_version: str) -> int:
-    """580 for "580.95.05"."""
-    return int(driver_version.split(".")[0])
+    """580 for "580.95.05". The symbol table's oldest branch stands for every older one too
+    (nvml_symbols), so a 470 or 510 scenario exports what R535 does, not nothing."""
+    return max(int(driver_version.split(".")[0]), min(SYMBOLS_BY_BRANCH))

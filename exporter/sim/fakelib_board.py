@@ -35,14 +35,15 @@ class BoardCalls:
     # --- BAR1, P-states --------------------------------------------------------------------
 
     def nvmlDeviceGetBAR1MemoryInfo(self, handle, ref):
-        """Bytes. A MIG device gets the share of its memory slices, less 1 MiB, as nvidia-smi
-        shows (A100-40GB 3g.20gb: 32767 MiB of 65536)."""
+        """Bytes. A MIG device gets its memory slices' share of the BAR1 aperture of the driver
+        branch, less 1 MiB, as nvidia-smi shows (A100-40GB 4g.20gb: 32767 MiB before R580,
+        12211 MiB on 580.126.09; exporter.catalog.GpuModel.mig_bar1_total_mib)."""
         dev = self._dev(handle)
         if not isinstance(dev, Dev):
             return dev
         model = dev.model
         if dev.is_mig:
-            total = model.bar1_mib * MIB * dev.inst.profile.memory_slices // model.memory_slices - MIB
+            total = model.mig_bar1_total_mib(dev.inst.profile) * MIB
             used = BAR1_PER_PROCESS * len(self.engine.alive(device=(dev.gpu, dev.inst.serial)))
         else:
             total = model.bar1_mib * MIB

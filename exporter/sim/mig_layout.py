@@ -11,7 +11,8 @@ the whole history is computed once: a list of *epochs* per GPU, each the layout 
 - MIG device index: creation order. On a reconfigure an instance that stays (same profile
   and start) keeps its index, UUID and GI id; destroyed ones leave holes, and new ones take
   the lowest free index, so indices become sparse exactly as on a real GPU.
-  ``MigSpec.device_index`` forces an index (sparse on purpose).
+  ``MigSpec.device_index`` forces an index (sparse on purpose), ``MigSpec.gpu_instance_id``
+  a GI id (real drivers also number by creation history).
 - A GPU reset destroys every instance: the layout recreated after it is all new (new
   UUIDs), indices allocated afresh. A GPU instance created without its compute instance
   (``MigSpec.compute_instance`` false) holds its slices and GI id but has no MIG device:
@@ -126,7 +127,9 @@ class LayoutBuilder:
                 profile = model.profile(spec.profile)
             except KeyError as exc:
                 raise UserError(f"{place}: {exc.args[0]}") from None
-            gi = gi_id_for(model.memory_slices, profile.memory_slices, spec.start)
+            gi = spec.gpu_instance_id
+            if gi is None:
+                gi = gi_id_for(model.memory_slices, profile.memory_slices, spec.start)
             if gi in seen_gi:
                 raise UserError(f"{place}: two MIG instances overlap at memory slice {spec.start}")
             seen_gi.add(gi)

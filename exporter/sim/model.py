@@ -31,6 +31,8 @@ def timeline_value(timeline: Timeline, t: float) -> float:
     return timeline[-1][1]
 
 
+DEFAULT_DRIVER_VERSION = "580.95.05"  # what a scenario without driver_version simulates
+
 @dataclass(frozen=True)
 class MigSpec:
     profile: str  # e.g. "3g.40gb" (validated against the GPU model's catalog)
@@ -42,6 +44,9 @@ class MigSpec:
     # False: a GPU instance without its compute instance (a half-done "nvidia-smi mig -cgi"
     # without -C): it holds its slices but has no MIG device, so no processes run on it.
     compute_instance: bool = True
+    # GPU-instance id the driver gave it, instead of the placement rule (mig_layout.gi_id_for):
+    # real drivers also number by creation history (an A100-80GB 2g.20gb seen as GI 6).
+    gpu_instance_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,8 @@ class GpuSpec:
     # Board variant key of the catalog model ("SXM4", "PCIe", "NVL"); None: the model's default.
     variant: str | None = None
     power_limit_watts: float | None = None  # enforced power limit; None: the board's default
+    # The scenario's driver: MIG sizes and BAR1 differ by branch (exporter.catalog.board).
+    driver_version: str = DEFAULT_DRIVER_VERSION
     persistence_mode: bool = True  # nvidia-persistenced runs (data-center default)
     present: bool = True  # False: not on the bus at t = 0 (appears with a gpu_attached event)
     pcie_tx_bytes_per_second: Timeline | None = None  # nvmlDeviceGetPcieThroughput; None: 0
@@ -154,7 +161,7 @@ class Scenario:
     gpus: tuple[GpuSpec, ...]
     processes: tuple[ProcessSpec, ...]
     events: tuple[EventSpec, ...]
-    driver_version: str = "580.95.05"
+    driver_version: str = DEFAULT_DRIVER_VERSION
     cuda_driver_version: int = 13000
     seed: int = 0  # seeds per-call fault probabilities (same seed, same failures)
     # The optional ``dcgm`` section (exporter/sim/fakedcgm/spec.py); None when absent.
@@ -162,7 +169,8 @@ class Scenario:
 
 
 def gpu_model(spec: GpuSpec):
-    """The catalog GpuModel of ``spec`` as its board (variant) with its enforced power limit."""
+    """The catalog GpuModel of ``spec`` as its board (variant) with its enforced power limit,
+    its MIG sizes those of the scenario's driver branch."""
     from exporter.catalog import board  # the catalog is data; imported late to keep this module plain
 
-    return board(spec.model, spec.variant, spec.power_limit_watts)
+    return board(spec.model, spec.variant, spec.power_limit_watts, spec.driver_version)

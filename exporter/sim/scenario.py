@@ -16,7 +16,7 @@ import yaml
 from exporter.errors import UserError
 from exporter.inputs import SafeInputLoader, value_problem
 from exporter.sim import scenario_events
-from exporter.sim.model import GpuSpec, Scenario
+from exporter.sim.model import DEFAULT_DRIVER_VERSION, GpuSpec, Scenario
 from exporter.sim.fakedcgm.spec import parse_dcgm_section
 from exporter.sim.scenario_events import mig_layout, model_at
 from exporter.sim.scenario_fields import (
@@ -128,7 +128,7 @@ def _parse(data: dict, source: str) -> Scenario:
         extra["cuda_driver_version"] = as_int(data["cuda_driver_version"], "cuda_driver_version", 1000)
     if "seed" in data:
         extra["seed"] = as_int(data["seed"], "seed", 0)
-    gpus = _gpus(data["gpus"], name)
+    gpus = _gpus(data["gpus"], name, extra.get("driver_version", DEFAULT_DRIVER_VERSION))
     raw_events = as_list(data.get("events") or [], "events")
     events, layouts, presence = scenario_events.parse_events(raw_events, gpus, duration)
     raw_procs = as_list(data.get("processes") or [], "processes")
@@ -153,7 +153,7 @@ def default_pci_bus_id(index: int) -> str:
     return f"00000000:{0x18 + 2 * index:02X}:00.0"
 
 
-def _gpus(raw: Any, scenario_name: str) -> tuple[GpuSpec, ...]:
+def _gpus(raw: Any, scenario_name: str, driver_version: str) -> tuple[GpuSpec, ...]:
     entries = as_list(raw, "gpus")
     if not entries:
         fail("gpus", "needs at least one GPU")
@@ -161,7 +161,7 @@ def _gpus(raw: Any, scenario_name: str) -> tuple[GpuSpec, ...]:
     seen: dict[tuple[str, Any], int] = {}
     for i, entry in enumerate(entries):
         path = item("gpus", i)
-        gpu = _gpu(entry, path, i, scenario_name)
+        gpu = _gpu(entry, path, i, scenario_name, driver_version)
         for field in ("index", "uuid", "pci_bus_id"):
             value = getattr(gpu, field)
             value_key = (field, value.upper() if isinstance(value, str) else value)
@@ -177,9 +177,10 @@ def _gpus(raw: Any, scenario_name: str) -> tuple[GpuSpec, ...]:
     return tuple(gpus)
 
 
-def _board(raw: dict, path: str):
-    """The catalog model of this GPU as the board it names, with its power limit checked."""
-    model = model_at(raw["model"], key(path, "model"))
+def _board(raw: dict, path: str, driver_version: str):
+    """The catalog model of this GPU as the board it names, with its power limit checked and
+    the MIG profiles of the scenario's driver branch."""
+    model = model_at(raw["model"], key(path, "model")).for_driver(driver_version)
     if raw.get("variant") is not None:
         wanted = as_str(raw["variant"], key(path, "variant"))
         try:
@@ -196,9 +197,9 @@ def _board(raw: dict, path: str):
     return model, limit
 
 
-def _gpu(raw: Any, path: str, position: int, scenario_name: str) -> GpuSpec:
+def _gpu(raw: Any, path: str, position: int, scenario_name: str, driver_version: str) -> GpuSpec:
     check_keys(raw, path, GPU_KEYS, required=("model",))
-    model, power_limit = _board(raw, path)
+    model, power_limit = _board(raw, path, driver_version)
     index = as_int(raw.get("index", position), key(path, "index"), minimum=0)
     uuid = raw.get("uuid", default_uuid(scenario_name, index))
     if not isinstance(uuid, str) or not _UUID.match(uuid):
@@ -238,7 +239,7 @@ def _gpu(raw: Any, path: str, position: int, scenario_name: str) -> GpuSpec:
     return GpuSpec(index=index, model=model.key, uuid=uuid, pci_bus_id=pci.upper(), mig=mig,
                    mps=mps, clock_event_reasons=reasons, product_name=product,
                    variant=None if model.variant == default else model.variant,
-                   power_limit_watts=power_limit, **series)
+                   power_limit_watts=power_limit, driver_version=driver_version, **series)
 
 
 def _clock_reasons(raw: Any, path: str) -> tuple[tuple[float, tuple[str, ...]], ...]:

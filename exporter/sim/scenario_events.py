@@ -45,11 +45,17 @@ def mig_layout(raw: Any, path: str, model: GpuModel) -> tuple[MigSpec, ...]:
         fail(path, f"{model.key} is not MIG-capable (remove mig)")
     parsed: list[tuple[str, int | None, bool]] = []
     forced: dict[int, int] = {}  # device_index -> entry position
+    gi_ids: dict[int, int] = {}  # entry position -> forced GPU-instance id
     no_ci: set[int] = set()  # positions of GPU instances created without a compute instance
     for j, entry in enumerate(entries):
         where = item(path, j)
-        check_keys(entry, where, ("profile", "start", "mps", "device_index", "compute_instance"),
-                   required=("profile",))
+        check_keys(entry, where, ("profile", "start", "mps", "device_index", "compute_instance",
+                                  "gpu_instance_id"), required=("profile",))
+        if entry.get("gpu_instance_id") is not None:
+            gi = as_int(entry["gpu_instance_id"], key(where, "gpu_instance_id"), minimum=0)
+            if gi in gi_ids.values():
+                fail(key(where, "gpu_instance_id"), f"GPU instance id {gi} is used twice")
+            gi_ids[j] = gi
         if not as_bool(entry.get("compute_instance", True), key(where, "compute_instance")):
             no_ci.add(j)
             for other in ("mps", "device_index"):
@@ -93,7 +99,7 @@ def mig_layout(raw: Any, path: str, model: GpuModel) -> tuple[MigSpec, ...]:
             taken.append((name, start))
             starts[j] = start
     return tuple(MigSpec(profile=n, start=starts[j], mps=m, device_index=by_position.get(j),
-                         compute_instance=j not in no_ci)
+                         compute_instance=j not in no_ci, gpu_instance_id=gi_ids.get(j))
                  for j, (n, _, m) in enumerate(parsed))
 
 

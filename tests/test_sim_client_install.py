@@ -1,0 +1,60 @@
+"""The simulator's client runner on a plain install (issue 25): a fresh venv, `pip install` of
+this checkout with only its runtime dependencies (no psutil, no test extra), then
+`python3 -m exporter.sim.client SCENARIO -- CLIENT` with a pynvml client that never imports psutil.
+About a minute (venv + pip); e2e because it installs packages.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.e2e
+
+CLIENT = """\
+import pynvml
+pynvml.nvmlInit()
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    print(i, pynvml.nvmlDeviceGetName(h), pynvml.nvmlDeviceGetMemoryInfo(h).total)
+pynvml.nvmlShutdown()
+"""
+
+
+def test_client_runner_works_without_psutil(tmp_path):
+    src = tmp_path / "src"  # a copy, so the build leaves nothing in the checkout
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", "tests", "bench", "build", "*.egg-info", "__pycache__", ".venv*", "node_modules"))
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    install = subprocess.run([str(python), "-m", "pip", "install", "-q", str(src)], env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert install.returncode == 0, install.stderr[-2000:]
+    probe = subprocess.run([str(python), "-c", "import psutil"], env=env, capture_output=True, text=True)
+    assert probe.returncode != 0, "psutil is installed: the venv does not test a plain install"
+    client = tmp_path / "client.py"
+    client.write_text(CLIENT)
+    scenario = src / "examples" / "scenarios" / "a100-40gb-two-3g.yaml"
+    run = subprocess.run([str(python), "-m", "exporter.sim.client", str(scenario), "--", str(client)],
+                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "ModuleNotFoundError" not in run.stderr
+    lines = run.stdout.splitlines()
+    assert lines and all(" NVIDIA A100-PCIE-40GB " in line for line in lines), run.stdout
+    # Same answer from the checkout's own interpreter (psutil installed there): the install
+    # changes nothing in what the client sees.
+    here = subprocess.run([sys.executable, "-m", "exporter.sim.client", str(scenario), "--", str(client)],
+                          env={**env, "PYTHONPATH": str(ROOT)}, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert here.returncode == 0, here.stderr[-2000:]
+    assert here.stdout == run.stdout
