@@ -90,8 +90,8 @@ class HealthReader:
         for direction, counter in (("tx", "NVML_PCIE_UTIL_TX_BYTES"), ("rx", "NVML_PCIE_UTIL_RX_BYTES")):
             kbps = ctx.get("gpu", "nvmlDeviceGetPcieThroughput", h, getattr(self.nv, counter))
             values[f"pcie_{direction}_bytes_per_second"] = None if kbps is None else kbps * 1024.0
+        values.update(self._media(ctx, h, mig_mode, utilization=mine))
         if mine:
-            values.update(self._media(ctx, h, mig_mode))
             values["clock_event_seconds"] = self._violations(ctx, h)
         if self.last_xid is not None:
             values["last_xid"], values["last_xid_timestamp"] = self.last_xid
@@ -140,11 +140,11 @@ class HealthReader:
             self._link_state = self._read_links(ctx, h)  # the count just became known
         return out
 
-    def _media(self, ctx: PollContext, h, mig_mode: bool | None) -> dict:
+    def _media(self, ctx: PollContext, h, mig_mode: bool | None, utilization: bool) -> dict:
         out: dict = {}
         if mig_mode:
             return out  # the media engines belong to GPU instances under MIG: NotSupported here
-        for key, fn in (("encoder_utilization_ratio", "nvmlDeviceGetEncoderUtilization"),
+        for key, fn in () if not utilization else (("encoder_utilization_ratio", "nvmlDeviceGetEncoderUtilization"),
                         ("decoder_utilization_ratio", "nvmlDeviceGetDecoderUtilization")):
             util = ctx.get("gpu", fn, h)
             if util is not None:
