@@ -245,8 +245,8 @@ class DcgmSource:
 
     def _check(self, values: dict[int, Reading], section: str, reading: DcgmReading) -> None:
         for fid, r in values.items():
-            if r.status in (0, NO_DATA):
-                continue
+            if r.status in (0, NO_DATA, NOT_SUPPORTED):
+                continue  # NOT_SUPPORTED: this board has no such reading (absent, not an error)
             if r.status == NOT_WATCHED:
                 self._mapped = False  # the engine forgot our watches (restarted): make them again
                 continue
