@@ -105,6 +105,43 @@ class MpsServer:
 
 
 @dataclass(frozen=True)
+class NvLink:
+    """One NVLink of a GPU (issue 21)."""
+
+    link: int  # NVML link index
+    active: bool | None = None
+    tx_bytes: int | None = None  # cumulative data bytes since driver load
+    rx_bytes: int | None = None
+    # keys: "crc_flit", "crc_data", "replay", "recovery" -> cumulative count
+    errors: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DeviceHealth:
+    """Health and I/O reads of one GPU (issue 21). None / empty = not reported: no series."""
+
+    memory_temperature_celsius: float | None = None
+    pcie_replay_errors: int | None = None  # cumulative
+    pcie_tx_bytes_per_second: float | None = None
+    pcie_rx_bytes_per_second: float | None = None
+    encoder_utilization_ratio: float | None = None
+    decoder_utilization_ratio: float | None = None
+    encoder_sessions: int | None = None
+    nvlinks: tuple[NvLink, ...] = ()  # () when the board has no NVLink
+    remapped_rows: Mapping[str, int] = field(default_factory=dict)  # "correctable", "uncorrectable"
+    row_remap_pending: bool | None = None
+    row_remap_failure: bool | None = None
+    retired_pages: Mapping[str, int] = field(default_factory=dict)  # "single_bit_ecc", "double_bit_ecc"
+    retired_pages_pending: bool | None = None
+    # cumulative seconds the clocks were held down, keys: "power", "thermal", "sync_boost",
+    # "board_limit", "low_utilization", "reliability" (what DCGM_FI_DEV_*_VIOLATION report)
+    clock_event_seconds: Mapping[str, float] = field(default_factory=dict)
+    vgpu_license_status: int | None = None  # None unless a vGPU driver runs
+    last_xid: int | None = None
+    last_xid_timestamp: float | None = None  # Unix seconds
+
+
+@dataclass(frozen=True)
 class GpuInfo:
     """Everything read from one physical GPU in one poll."""
 
@@ -136,6 +173,7 @@ class GpuInfo:
     mig_free_capacity: Mapping[str, int] = field(default_factory=dict)  # profile -> instances that still fit
     processes: tuple[ProcessInfo, ...] = ()
     mps_servers: tuple[MpsServer, ...] = ()
+    health: DeviceHealth = DeviceHealth()  # issue 21: health and I/O reads
 
 
 @dataclass(frozen=True)

@@ -34,10 +34,11 @@ class DcgmBackend:
     name = "dcgm"
 
     def __init__(self, nvml, bindings: Bindings, address: DcgmAddress | None, interval: float,
-                 session: DcgmSession | None = None, reason: str = ""):
-        """``nvml``: an NvmlBackend, opened here unless already open; ``session``: already connected."""
+                 session: DcgmSession | None = None, reason: str = "", update_interval: float | None = None):
+        """``nvml``: an NvmlBackend, opened here unless already open; ``session``: already connected;
+        ``update_interval``: the sampling period asked of DCGM (None: ``interval``)."""
         self.nvml = nvml
-        self.source = DcgmSource(bindings, address, interval, session)
+        self.source = DcgmSource(bindings, address, interval, session, update_interval)
         self.reason = reason
         self._open = False
 
@@ -89,6 +90,7 @@ class DcgmBackend:
             changes.update(parts["values"])
             changes["clocks_hertz"] = {**gpu.clocks_hertz, **parts["clocks"]}
             changes["ecc_errors"] = parts["ecc"]
+            changes["health"] = dataclasses.replace(gpu.health, **parts["health"])
         if gpu.index in reading.profiled:
             values = reading.profiling.get((gpu.index, None), {})
             changes["activity"] = activity({fid: r.value for fid, r in values.items()})
