@@ -94,6 +94,7 @@ class DcgmBackend:
             changes.update(parts["values"])
             changes["clocks_hertz"] = {**gpu.clocks_hertz, **parts["clocks"]}
             changes["ecc_errors"] = parts["ecc"]
+            changes["health"] = dataclasses.replace(gpu.health, **parts["health"])
         if gpu.index in reading.profiled:
             values = reading.profiling.get((gpu.index, None), {})
             changes["activity"] = activity({fid: r.value for fid, r in values.items()})

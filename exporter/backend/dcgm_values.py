@@ -26,13 +26,34 @@ DEVICE_FIELDS = {
     204: "memory_utilization",
     310: "ecc_corrected",
     311: "ecc_uncorrected",
+    # Health (issue 21); units: °C, count, %, ns, pages, rows, 0/1 flags.
+    140: "memory_temperature",
+    202: "pcie_replays",
+    206: "encoder_utilization",
+    207: "decoder_utilization",
+    240: "power_violation",
+    241: "thermal_violation",
+    242: "sync_boost_violation",
+    243: "board_limit_violation",
+    244: "low_utilization_violation",
+    245: "reliability_violation",
+    390: "retired_sbe",
+    391: "retired_dbe",
+    392: "retired_pending",
+    393: "remapped_rows_uncorrectable",
+    394: "remapped_rows_correctable",
+    395: "row_remap_failure",
+    396: "row_remap_pending",
 }
+# DCGM violation field -> DeviceHealth.clock_event_seconds key.
+VIOLATION_FIELDS = {240: "power", 241: "thermal", 242: "sync_boost", 243: "board_limit",
+                    244: "low_utilization", 245: "reliability"}
 # What the NVML GPU reader does not read for a GPU whose device fields DCGM supplies
 # (keys of exporter.backend.nvml_device.GpuReader.provided). The graphics clock (DCGM has no
 # field for it), clock event reasons (DCGM gives no "supported" mask), memory (NVML counts
 # bytes, DCGM MiB), MIG mode, compute mode and XID counts stay with NVML.
 DEVICE_PROVIDES = frozenset({"utilization", "power", "power_limit", "energy", "temperature",
-                             "clock:sm", "clock:memory", "clock:video", "ecc"})
+                             "clock:sm", "clock:memory", "clock:video", "ecc", "health"})
 # Profiling (DCP) fields on GPU and GPU-instance entities -> Activity field. Ratios 0..1.
 PROFILING_FIELDS = {
     1001: "graphics_active",
@@ -118,7 +139,37 @@ def device_values(values: Mapping[int, object | None]) -> dict:
               if values.get(fid) is not None}
     ecc = {name: int(values[fid]) for fid, name in ((310, "corrected"), (311, "uncorrected"))
            if values.get(fid) is not None}
-    return {"values": out, "clocks": clocks, "ecc": ecc}
+    return {"values": out, "clocks": clocks, "ecc": ecc, "health": health_values(values)}
+
+
+def health_values(values: Mapping[int, object | None]) -> dict:
+    """DeviceHealth keyword values from DCGM's health fields (what the NVML reader then skips:
+    exporter.backend.nvml_health). Absent values stay None / out of the mappings."""
+
+    def get(fid):
+        return values.get(fid)
+
+    out: dict = {}
+    if get(140) is not None:
+        out["memory_temperature_celsius"] = float(get(140))
+    if get(202) is not None:
+        out["pcie_replay_errors"] = int(get(202))
+    for fid, key in ((206, "encoder_utilization_ratio"), (207, "decoder_utilization_ratio")):
+        if get(fid) is not None:
+            out[key] = get(fid) / 100.0
+    out["clock_event_seconds"] = {key: get(fid) / 1e9 for fid, key in VIOLATION_FIELDS.items()
+                                  if get(fid) is not None}  # ns -> s
+    out["retired_pages"] = {key: int(get(fid)) for fid, key in ((390, "single_bit_ecc"), (391, "double_bit_ecc"))
+                            if get(fid) is not None}
+    if out["retired_pages"] and get(392) is not None:
+        out["retired_pages_pending"] = bool(get(392))
+    out["remapped_rows"] = {key: int(get(fid)) for fid, key in ((394, "correctable"), (393, "uncorrectable"))
+                            if get(fid) is not None}
+    if get(396) is not None:
+        out["row_remap_pending"] = bool(get(396))
+    if get(395) is not None:
+        out["row_remap_failure"] = bool(get(395))
+    return out
 
 
 def activity(values: Mapping[int, object | None]) -> Activity:

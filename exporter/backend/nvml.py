@@ -253,9 +253,12 @@ class NvmlBackend:
     name = "nvml"
 
     def __init__(self, pynvml_module=None, procfs_root: str = "/proc", gpu_timeout: float = 5.0,
-                 identifier: Identifier | None = None, gpus_on_bus: Callable[[], int | None] = pci_gpu_count):
+                 identifier: Identifier | None = None, gpus_on_bus: Callable[[], int | None] = pci_gpu_count,
+                 clock: Callable[[], float] = time.time):
         """``identifier`` names each process's workload and pod (default: built-in rules only);
-        ``gpus_on_bus`` counts the GPUs present, without NVML (None: unknown)."""
+        ``gpus_on_bus`` counts the GPUs present, without NVML (None: unknown); ``clock``: Unix
+        seconds now, the time an XID is stamped with (the simulated host's clock in simulation)."""
+        self._clock = clock
         self._nv = pynvml_module
         self._gpus_on_bus = gpus_on_bus
         self._bus_count: int | None = None  # gpus_on_bus() at the last enumeration
@@ -318,7 +321,7 @@ class NvmlBackend:
         # Same count: the enumeration order is the same, so a GPU that cannot say its UUID now
         # (lost) keeps the identity its index had; otherwise only the UUID identifies a GPU.
         same_order = self.readers if len(self.readers) == count else None
-        self.readers = [GpuReader(self.caller, i, self.procfs, self.identifier) for i in range(count)]
+        self.readers = [GpuReader(self.caller, i, self.procfs, self.identifier, self._clock) for i in range(count)]
         for reader in self.readers:
             reader.adopt(old, same_order[reader.index] if same_order else None)
         self._workers = [_GpuWorker(reader) for reader in self.readers]

@@ -8,15 +8,17 @@ XID event set and per-process metadata. Only one thread reads a given GPU at a t
 from __future__ import annotations
 
 import logging
+import time
 
 from exporter.backend.nvml_events import XidReader
 from exporter.backend.nvml_gpm import GpmReader
+from exporter.backend.nvml_health import HealthReader
 from exporter.backend.nvml_mig import MigReader
 from exporter.backend.nvml_procs import ProcessReader, sharing_mode
 from exporter.backend.nvml_types import NA, SECTIONS, DeviceTag, NvmlCallError, PollContext, ok
 from exporter.backend.procinfo import DeviceRef, ProcFs
 from exporter.identity import Identifier
-from exporter.snapshot import GpuInfo
+from exporter.snapshot import DeviceHealth, GpuInfo
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +55,9 @@ def _mw_to_w(value):
 class GpuReader:
     """All state and logic to read physical GPU ``index``."""
 
-    def __init__(self, caller, index: int, procfs: ProcFs, identifier: Identifier | None = None):
+    def __init__(self, caller, index: int, procfs: ProcFs, identifier: Identifier | None = None,
+                 clock=time.time):
+        """``clock``: Unix seconds now (the simulated host's clock in simulation), stamps XIDs."""
         self.caller = caller
         self.nv = caller.nv
         self.index = index
@@ -69,11 +73,12 @@ class GpuReader:
         self.mig = MigReader(caller)
         self.procs = ProcessReader(caller, procfs, identifier)
         self.gpm = GpmReader(caller)
-        self.xid = XidReader(caller)
+        self.xid = XidReader(caller, clock)
+        self.health = HealthReader(caller)
         # Values another source (the DCGM backend) supplies for this GPU this poll, so they are
         # not read twice: "utilization", "power", "power_limit", "energy", "temperature",
         # "clock:<sm|memory|video>", "ecc", "activity" (GPM of the GPU), "mig_activity" (GPM of
-        # its GPU instances). Set by the owner before each read; empty for the NVML backend.
+        # its GPU instances), "health" (exporter.backend.nvml_health.HealthReader.read). Set by the owner before each read; empty for the NVML backend.
         self.provided: frozenset[str] = frozenset()
 
     # -- public -------------------------------------------------------------------------
@@ -104,7 +109,7 @@ class GpuReader:
     def down(self, error: str) -> GpuInfo:
         """GpuInfo for a GPU that could not be read, labelled with the last known identity."""
         return GpuInfo(index=self.index, uuid=self.uuid, name=self.name, pci_bus_id=self.pci_bus_id,
-                       up=False, error=error, xid_errors=self.xid.counts)
+                       up=False, error=error, xid_errors=self.xid.counts, health=self._xid_health())
 
     def adopt(self, previous: dict[str, "GpuReader"], same_index: "GpuReader | None" = None) -> None:
         """Carry identity and XID counts from the reader that read this GPU before NVML
@@ -119,7 +124,7 @@ class GpuReader:
         except NvmlCallError:  # counted; the first read will find out again
             before = same_index
         if before is not None:
-            self.xid.counts = before.xid.counts
+            self.xid.counts, self.xid.last = before.xid.counts, before.xid.last
             self.name, self.uuid, self.pci_bus_id = before.name, before.uuid, before.pci_bus_id
 
     def close(self) -> None:
@@ -135,6 +140,7 @@ class GpuReader:
         self.handle = None
         self._identity_read = False
         self.xid.close()
+        self.health.reset()
 
     def _must(self, fn: str, *args):
         value = self.caller.call(fn, *args)
@@ -199,7 +205,14 @@ class GpuReader:
         else:
             sharing = self._sharing = sharing_mode(mig_mode, processes, servers)
         values.update(processes=tuple(processes), mps_servers=tuple(servers), sharing=sharing)
+        self.health.last_xid = self.xid.last
+        values["health"] = self.health.read(ctx, h, mig_mode, provided)
         return GpuInfo(**values)
+
+    def _xid_health(self) -> DeviceHealth:
+        """A down GPU keeps its last XID (often the reason it went down)."""
+        last = self.xid.last
+        return DeviceHealth() if last is None else DeviceHealth(last_xid=last[0], last_xid_timestamp=last[1])
 
     def _sensors(self, ctx: PollContext, h, mig_mode: bool | None) -> dict:
         """Power (W), limit (W), energy (J), temperature (°C), clocks (Hz), reasons, ECC counts."""

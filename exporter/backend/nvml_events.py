@@ -14,8 +14,12 @@ MAX_EVENTS_PER_POLL = 1024  # bound the drain should a broken driver never say T
 class XidReader:
     """XID counts since exporter start for one GPU."""
 
-    def __init__(self, caller):
+    def __init__(self, caller, clock=None):
+        """``clock``: Unix seconds now; an XID is stamped with the time of the drain that found
+        it (NVML events carry no time: at most one poll interval late)."""
         self.caller = caller
+        self.clock = clock
+        self.last: tuple[int, float] | None = None  # (code, Unix seconds) of the latest XID
         self._set = None
         self._unsupported = False
         # Replaced, never mutated, so another thread may read it while a read is running.
@@ -36,6 +40,8 @@ class XidReader:
             if data.eventType & nv.nvmlEventTypeXidCriticalError:
                 code = int(data.eventData)
                 new[code] = new.get(code, 0) + 1
+                if self.clock is not None:
+                    self.last = (code, float(self.clock()))
         if new:
             counts = dict(self.counts)
             for code, n in new.items():

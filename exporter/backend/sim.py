@@ -91,7 +91,8 @@ class SimBackend:
             identifier = self._with_pods(self._identifier or Identifier())
             self.nvml = NvmlBackend(procfs_root=sim.procfs_root, gpu_timeout=self._gpu_timeout,
                                     identifier=identifier,
-                                    gpus_on_bus=lambda: len(sim.engine.lifecycle.present_gpus(sim.time)))
+                                    gpus_on_bus=lambda: len(sim.engine.lifecycle.present_gpus(sim.time)),
+                                    clock=lambda: sim.boot_time + sim.time)
             self.inner = self._open_inner()
         except BaseException:
             self._uninstall_dcgm()

@@ -11,6 +11,7 @@ from exporter.collectors.base import SnapshotSource
 from exporter.collectors.exporter_self import ExporterCollector, PollStats
 from exporter.collectors.gpu import GpuCollector
 from exporter.collectors.guard import Collector, GuardedCollectors
+from exporter.collectors.health import HealthCollector
 from exporter.collectors.instances import POD
 from exporter.collectors.mig import MigCollector
 from exporter.collectors.mps import MpsCollector
@@ -26,6 +27,7 @@ def default_collectors(snapshot: SnapshotSource, stats: Callable[[], PollStats],
     """Every collector, in the order their families appear on /metrics."""
     return [
         GpuCollector(snapshot),
+        HealthCollector(snapshot),
         MigCollector(snapshot),
         ProcessCollector(snapshot, process_series),
         MpsCollector(snapshot, process_series),

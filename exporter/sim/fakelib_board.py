@@ -166,7 +166,12 @@ class BoardCalls:
         return self._pcie(handle, ref, "mbps")
 
     def nvmlDeviceGetPcieReplayCounter(self, handle, ref):
-        return self._pcie(handle, ref, "zero")
+        """Cumulative replays: the scenario's pcie_replays (0 unset)."""
+        dev = self._gpu_only(handle)
+        if not isinstance(dev, Dev):
+            return dev
+        out(ref, self.telemetry.counter(dev.gpu, self.now, "pcie_replays"))
+        return SUCCESS
 
     def nvmlDeviceGetBusType(self, handle, ref):
         return self._pcie(handle, ref, "bus")

@@ -18,6 +18,7 @@ import re
 import pynvml
 
 from exporter.sim.fakelib_base import INVALID_ARGUMENT, NOT_SUPPORTED, SUCCESS, Dev, out, value
+from exporter.sim.fakelib_health import has_row_remapper, remapped_rows
 
 UINT, ULL = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
 # NVLink per-link data rate (MB/s per direction) by NVML_NVLINK_VERSION_*: NVLink2/3 25 GB/s,
@@ -37,7 +38,7 @@ _LINK_SPEED = (*range(FI.NVML_FI_DEV_NVLINK_SPEED_MBPS_L0, FI.NVML_FI_DEV_NVLINK
                *range(FI.NVML_FI_DEV_NVLINK_SPEED_MBPS_L6, FI.NVML_FI_DEV_NVLINK_SPEED_MBPS_L11 + 1),
                FI.NVML_FI_DEV_NVLINK_GET_SPEED)
 _ZERO_COUNTERS = (*range(FI.NVML_FI_DEV_PERF_POLICY_POWER, FI.NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS + 1),
-                  FI.NVML_FI_DEV_PCIE_REPLAY_COUNTER, FI.NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER,
+                  FI.NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER,
                   FI.NVML_FI_DEV_PCIE_L0_TO_RECOVERY_COUNTER,
                   *range(FI.NVML_FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS, FI.NVML_FI_DEV_PCIE_COUNT_LANE_ERROR + 1),
                   FI.NVML_FI_DEV_RESET_STATUS, FI.NVML_FI_DEV_DRAIN_AND_RESET_STATUS,
@@ -100,9 +101,15 @@ class FieldCalls:
                      FI.NVML_FI_DEV_RETIRED_PENDING_SBE, FI.NVML_FI_DEV_RETIRED_PENDING_DBE):
             return NOT_SUPPORTED if model.architecture not in ("volta", "turing") else (ULL, 0)
         if FI.NVML_FI_DEV_REMAPPED_COR <= field <= FI.NVML_FI_DEV_REMAPPED_FAILURE:
-            if model.architecture in ("volta", "turing") or (dev.epoch.mig_enabled and dev.epoch.instances):
+            if not has_row_remapper(dev) or (dev.epoch.mig_enabled and dev.epoch.instances):
                 return NOT_SUPPORTED
-            return UINT, 0
+            return UINT, remapped_rows(telemetry, dev, now)[field - FI.NVML_FI_DEV_REMAPPED_COR]
+        if field == FI.NVML_FI_DEV_PCIE_REPLAY_COUNTER:
+            return ULL, telemetry.counter(gpu, now, "pcie_replays")
+        if field in (FI.NVML_FI_DEV_PERF_POLICY_POWER, FI.NVML_FI_DEV_PERF_POLICY_THERMAL):
+            # the same ns as nvmlDeviceGetViolationStatus [inf]
+            return ULL, telemetry.violation_ns(gpu, now, "power" if field == FI.NVML_FI_DEV_PERF_POLICY_POWER
+                                               else "thermal")
         if field == FI.NVML_FI_DEV_MEMORY_TEMP:  # HBM boards report it (memory max limit known)
             if not model.temperature_limits_c[3]:
                 return NOT_SUPPORTED

@@ -3,8 +3,10 @@
 - ECC: counts come from the scenario's cumulative timelines (aggregate); volatile counts
   restart from 0 at each GPU reset. All of them sit in device memory (DRAM); the other
   locations read 0. Ampere and newer retire no pages (row remapping instead: retired pages
-  NOT_SUPPORTED, remapped rows 0); Volta and Turing have no row remapper (the reverse).
+  NOT_SUPPORTED); Volta and Turing have no row remapper (the reverse), nor do GDDR boards (L4,
+  L40S). Remapped rows, pending and failure come from the scenario's health timelines (0 unset).
   Under MIG with instances, remapped rows are NOT_SUPPORTED (header).
+- Violation time (nvmlDeviceGetViolationStatus): the scenario's power/thermal_violation_seconds.
 - Accounting is off (nvidia-smi default); its buffer holds 4000 entries [obs].
 - Media engines (encoder, decoder, JPEG, OFA): 0 % over a 1/6 s period, NOT_SUPPORTED on
   MIG-enabled GPUs (header). No encoder or FBC sessions.
@@ -31,6 +33,28 @@ _ACCOUNTING_BUFFER = 4000
 def _new_generation(dev: Dev) -> bool:
     """Ampere and newer: row remapping instead of page retirement."""
     return dev.model.architecture not in ("volta", "turing")
+
+
+def has_row_remapper(dev: Dev) -> bool:
+    """Row remapping exists on HBM boards of Ampere and newer (A100, A30, H100, H200, B200), not
+    on GDDR boards (L4, L40S) [inf: issue 21; HBM boards are those with a memory max
+    operating temperature in the catalog]."""
+    return model_has_row_remapper(dev.model)
+
+
+def model_has_row_remapper(model) -> bool:
+    return model.architecture not in ("volta", "turing") and bool(model.temperature_limits_c[3])
+
+
+def remapped_rows(sim_telemetry, dev: Dev, now: float) -> tuple[int, int, int, int]:
+    """(correctable, uncorrectable, pending, failure) of the scenario at ``now``."""
+    return (sim_telemetry.counter(dev.gpu, now, "remapped_rows_correctable"),
+            sim_telemetry.counter(dev.gpu, now, "remapped_rows_uncorrectable"),
+            int(sim_telemetry.flag(dev.gpu, now, "row_remap_pending")),
+            int(sim_telemetry.flag(dev.gpu, now, "row_remap_failure")))
+
+
+VIOLATION_POLICY = {pynvml.NVML_PERF_POLICY_POWER: "power", pynvml.NVML_PERF_POLICY_THERMAL: "thermal"}
 
 
 class HealthCalls:
@@ -100,10 +124,10 @@ class HealthCalls:
         dev = self._gpu_only(handle)
         if not isinstance(dev, Dev):
             return dev
-        if not _new_generation(dev) or (dev.epoch.mig_enabled and dev.epoch.instances):
+        if not has_row_remapper(dev) or (dev.epoch.mig_enabled and dev.epoch.instances):
             return NOT_SUPPORTED
-        for ref in (corrected, uncorrected, pending, failure):
-            out(ref, 0)
+        for ref, count in zip((corrected, uncorrected, pending, failure), remapped_rows(self.telemetry, dev, self.now)):
+            out(ref, count)
         return SUCCESS
 
     def nvmlDeviceGetRowRemapperHistogram(self, handle, ref):
@@ -111,7 +135,7 @@ class HealthCalls:
         dev = self._gpu_only(handle)
         if not isinstance(dev, Dev):
             return dev
-        if not _new_generation(dev):
+        if not has_row_remapper(dev):
             return NOT_SUPPORTED
         values = ref._obj
         values.max = 2560 if dev.model.architecture in ("hopper", "blackwell") else 640
@@ -303,12 +327,14 @@ class HealthCalls:
         return SUCCESS
 
     def nvmlDeviceGetViolationStatus(self, handle, policy, ref):
-        """No time spent throttled is accounted (reference time: the simulation clock)."""
+        """ns held down by power or temperature: the scenario's power_violation_seconds /
+        thermal_violation_seconds; 0 for the other policies (reference time: the simulation clock)."""
         dev = self._gpu_only(handle)
         if not isinstance(dev, Dev):
             return dev
         if value(policy) >= pynvml.NVML_PERF_POLICY_COUNT:
             return INVALID_ARGUMENT
         ref._obj.referenceTime = self.sim.clock_us()
-        ref._obj.violationTime = 0
+        which = VIOLATION_POLICY.get(value(policy))
+        ref._obj.violationTime = self.telemetry.violation_ns(dev.gpu, self.now, which) if which else 0
         return SUCCESS

@@ -68,6 +68,14 @@ class GpuSpec:
     present: bool = True  # False: not on the bus at t = 0 (appears with a gpu_attached event)
     pcie_tx_bytes_per_second: Timeline | None = None  # nvmlDeviceGetPcieThroughput; None: 0
     pcie_rx_bytes_per_second: Timeline | None = None
+    # Health (docs/scenarios.md "Health"); None: 0 where the board has the counter.
+    pcie_replays: Timeline | None = None  # cumulative PCIe replays
+    remapped_rows_correctable: Timeline | None = None  # cumulative rows (HBM boards only)
+    remapped_rows_uncorrectable: Timeline | None = None
+    row_remap_pending: Timeline | None = None  # 0/1
+    row_remap_failure: Timeline | None = None  # 0/1
+    power_violation_seconds: Timeline | None = None  # cumulative seconds held down by power
+    thermal_violation_seconds: Timeline | None = None  # cumulative seconds held down by temperature
 
 
 @dataclass(frozen=True)

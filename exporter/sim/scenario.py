@@ -29,10 +29,14 @@ from exporter.sim.scenario_processes import (  # noqa: F401 - re-exported for do
 
 TOP_KEYS = ("name", "description", "duration", "driver_version", "cuda_driver_version", "seed",
             "gpus", "processes", "events", "dcgm")
+# Health timelines (docs/scenarios.md, "Health"): cumulative counters and 0/1 flags.
+HEALTH_KEYS = ("pcie_replays", "remapped_rows_correctable", "remapped_rows_uncorrectable",
+               "row_remap_pending", "row_remap_failure", "power_violation_seconds",
+               "thermal_violation_seconds")
 GPU_KEYS = ("model", "variant", "index", "uuid", "pci_bus_id", "mig", "mps", "power_watts",
             "power_limit_watts", "temperature_celsius", "utilization", "ecc_corrected",
             "ecc_uncorrected", "clock_event_reasons", "compute_mode", "persistence_mode", "present",
-            "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second")
+            "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second", *HEALTH_KEYS)
 COMPUTE_MODES = ("default", "exclusive_process", "prohibited")
 # nvmlClocksEventReason* constants by snake_case name: sw_power_cap -> SwPowerCap (0x4).
 CLOCK_EVENT_REASONS = {
@@ -216,11 +220,16 @@ def _gpu(raw: Any, path: str, position: int, scenario_name: str) -> GpuSpec:
     series = {}
     readers = {"power_watts": lambda v, p: as_number(v, p, 0), "temperature_celsius": as_number,
                "utilization": as_ratio, "ecc_corrected": as_count, "ecc_uncorrected": as_count,
-               "pcie_tx_bytes_per_second": as_bytes, "pcie_rx_bytes_per_second": as_bytes}
+               "pcie_tx_bytes_per_second": as_bytes, "pcie_rx_bytes_per_second": as_bytes,
+               "pcie_replays": as_count, "remapped_rows_correctable": as_count,
+               "remapped_rows_uncorrectable": as_count, "row_remap_pending": _as_flag,
+               "row_remap_failure": _as_flag, "power_violation_seconds": lambda v, p: as_number(v, p, 0),
+               "thermal_violation_seconds": lambda v, p: as_number(v, p, 0)}
+    cumulative = ("ecc", "pcie_replays", "remapped_rows", "power_violation", "thermal_violation")
     for field, reader in readers.items():
         if raw.get(field) is not None:
             series[field] = timeline(raw[field], key(path, field), reader,
-                                     non_decreasing_values=field.startswith("ecc"))
+                                     non_decreasing_values=field.startswith(cumulative))
     if raw.get("compute_mode") is not None:
         mode = as_str(raw["compute_mode"], key(path, "compute_mode"))
         if mode not in COMPUTE_MODES:
@@ -239,6 +248,15 @@ def _gpu(raw: Any, path: str, position: int, scenario_name: str) -> GpuSpec:
                    mps=mps, clock_event_reasons=reasons, product_name=product,
                    variant=None if model.variant == default else model.variant,
                    power_limit_watts=power_limit, **series)
+
+
+def _as_flag(value: Any, path: str) -> float:
+    """A 0/1 flag of a health timeline (true/false accepted)."""
+    if isinstance(value, bool):
+        return float(value)
+    if value not in (0, 1):
+        fail(path, f"must be 0 or 1 (or true/false), got {value!r}")
+    return float(value)
 
 
 def _clock_reasons(raw: Any, path: str) -> tuple[tuple[float, tuple[str, ...]], ...]:

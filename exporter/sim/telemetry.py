@@ -169,6 +169,25 @@ class Telemetry:
         return tuple(timeline_value(tl, t) if tl else 0.0
                      for tl in (spec.pcie_tx_bytes_per_second, spec.pcie_rx_bytes_per_second))
 
+    def counter(self, gpu: int, t: float, name: str) -> int:
+        """A cumulative health count of the scenario at t (pcie_replays, remapped_rows_*); 0 unset."""
+        timeline = getattr(self.engine.gpus[gpu], name)
+        return int(round(timeline_value(timeline, t))) if timeline else 0
+
+    def flag(self, gpu: int, t: float, name: str) -> bool:
+        """A 0/1 health flag (row_remap_pending, row_remap_failure): the last point at or before t."""
+        timeline = getattr(self.engine.gpus[gpu], name)
+        if not timeline:
+            return False
+        current = [v for at, v in timeline if at <= t]
+        return bool(current[-1]) if current else False
+
+    def violation_ns(self, gpu: int, t: float, policy: str) -> int:
+        """Nanoseconds the clocks were held down by ``policy`` ("power", "thermal") up to t;
+        0 for the other policies and when the scenario sets none."""
+        timeline = getattr(self.engine.gpus[gpu], f"{policy}_violation_seconds", None)
+        return int(round(timeline_value(timeline, t) * 1e9)) if timeline else 0
+
     def mean_activity(self, key: DeviceKey | None, gpu: int, t1: float, t2: float) -> dict[str, float]:
         """Average activity over [t1, t2] of a device (key) or the GPU (key None), as GPM
         reports between two samples: the mean of 32 midpoint evaluations."""

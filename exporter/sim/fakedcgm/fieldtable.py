@@ -61,6 +61,42 @@ def _last_xid(sim, gpu, inst, t):
     return seen[-1] if seen else None  # blank when none (DCGM 4.5+)
 
 
+def _remap(index: int):
+    """Row-remapper field: (correctable, uncorrectable, pending, failure)[index]; blank where NVML
+    says NotSupported (no row remapper, or MIG with instances)."""
+    def read(sim, gpu, inst, t):
+        from exporter.sim.fakelib_health import model_has_row_remapper  # the fake NVML's rule
+
+        epoch = sim.engine.epoch(gpu, t)
+        if not model_has_row_remapper(sim.engine.models[gpu]) or (epoch.mig_enabled and epoch.instances):
+            return None
+        tel = _telemetry(sim)
+        return (tel.counter(gpu, t, "remapped_rows_correctable"), tel.counter(gpu, t, "remapped_rows_uncorrectable"),
+                int(tel.flag(gpu, t, "row_remap_pending")), int(tel.flag(gpu, t, "row_remap_failure")))[index]
+    return read
+
+
+def _retired(sim, gpu, inst, t):
+    """Retired pages (any cause) and pending: 0 on Volta/Turing, blank on Ampere and newer."""
+    return 0 if sim.engine.models[gpu].architecture in ("volta", "turing") else None
+
+
+def _memory_temp(sim, gpu, inst, t):
+    """As the fake NVML's NVML_FI_DEV_MEMORY_TEMP: HBM boards only."""
+    if not sim.engine.models[gpu].temperature_limits_c[3]:
+        return None
+    return round(_telemetry(sim).temperature_c(gpu, t)) + 8
+
+
+def _media(sim, gpu, inst, t):
+    """Encoder / decoder utilization %: 0, blank while MIG is enabled (as the fake NVML)."""
+    return None if sim.engine.epoch(gpu, t).mig_enabled else 0
+
+
+def _violation(policy: str | None):
+    return lambda sim, gpu, inst, t: _telemetry(sim).violation_ns(gpu, t, policy) if policy else 0
+
+
 def _uuid(sim, gpu, inst, t):
     return inst.uuid if inst is not None else sim.engine.gpus[gpu].uuid
 
@@ -95,6 +131,20 @@ FIELDS: dict[int, FieldDef] = {f.id: f for f in (
     FieldDef(203, "i", GPU, "nvmlDeviceGetUtilizationRates", _util(0)),
     FieldDef(204, "i", GPU, "nvmlDeviceGetUtilizationRates", _util(1)),
     FieldDef(230, "i", GI, None, _last_xid),
+    # Health fields (issue 21): the same truth the fake NVML serves.
+    FieldDef(140, "i", GPU, "nvmlDeviceGetFieldValues", _memory_temp),
+    FieldDef(202, "i", GPU, "nvmlDeviceGetPcieReplayCounter",
+             lambda sim, gpu, inst, t: _telemetry(sim).counter(gpu, t, "pcie_replays")),
+    FieldDef(206, "i", GPU, "nvmlDeviceGetEncoderUtilization", _media),
+    FieldDef(207, "i", GPU, "nvmlDeviceGetDecoderUtilization", _media),
+    # Violation time in ns (dcgm_fields.py: "Power Violation time in nsec", ...).
+    *(FieldDef(fid, "i", GPU, "nvmlDeviceGetViolationStatus", _violation(policy))
+      for fid, policy in ((240, "power"), (241, "thermal"), (242, None), (243, None), (244, None), (245, None))),
+    FieldDef(390, "i", GPU, "nvmlDeviceGetRetiredPages", _retired),
+    FieldDef(391, "i", GPU, "nvmlDeviceGetRetiredPages", _retired),
+    FieldDef(392, "i", GPU, "nvmlDeviceGetRetiredPagesPendingStatus", _retired),
+    *(FieldDef(fid, "i", GPU, "nvmlDeviceGetRemappedRows", _remap(i))
+      for fid, i in ((394, 0), (393, 1), (396, 2), (395, 3))),
     FieldDef(310, "i", GPU, "nvmlDeviceGetTotalEccErrors",
              lambda sim, gpu, inst, t: _telemetry(sim).ecc_errors(gpu, t, uncorrected=False)),
     FieldDef(311, "i", GPU, "nvmlDeviceGetTotalEccErrors",

@@ -1,0 +1,229 @@
+"""Health and I/O reads of one GPU into a DeviceHealth (receives the NvmlCaller; no pynvml import).
+
+Getters and their units (every call goes through NvmlCaller.call, the choke point):
+
+- ``nvmlDeviceGetFieldValues``, one call per poll for:
+  ``NVML_FI_DEV_MEMORY_TEMP`` (°C), ``NVML_FI_DEV_PCIE_REPLAY_COUNTER`` (count since driver
+  load) and, per NVLink, ``NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX`` with scopeId = link
+  (KiB of data since driver load, so bytes = KiB * 1024).
+- ``nvmlDeviceGetViolationStatus(h, NVML_PERF_POLICY_*)``: ``violationTime`` in ns the clocks
+  were held below the requested clocks by that policy, cumulative (-> seconds).
+- ``nvmlDeviceGetPcieThroughput(h, NVML_PCIE_UTIL_TX/RX_BYTES)``: KB/s (1024 bytes) over a
+  20 ms sample (-> bytes/s, a rate: exported as a gauge).
+- ``nvmlDeviceGetEncoderUtilization`` / ``nvmlDeviceGetDecoderUtilization``: [percent, sampling
+  period µs] (-> ratio); ``nvmlDeviceGetEncoderStats``: (sessions, fps, latency µs).
+
+Slow-changing values are read every SLOW_POLLS polls and kept in between (a poll in between
+costs no call for them): the NVLink link count, each link's state
+(``nvmlDeviceGetNvLinkState``) and error counters (``nvmlDeviceGetNvLinkErrorCounter``, counts),
+remapped rows (``nvmlDeviceGetRemappedRows``: correctable, uncorrectable, pending, failure),
+retired pages (``nvmlDeviceGetRetiredPages`` per cause, ``...PendingStatus``), and the vGPU
+license (``nvmlDeviceGetVirtualizationMode``; ``nvmlDeviceGetGridLicensableFeatures`` only in a
+vGPU guest). NotSupported (NA) leaves a value None / absent, never 0.
+"""
+
+from __future__ import annotations
+
+from exporter.backend.nvml_types import NA, PollContext, ok
+from exporter.snapshot import DeviceHealth, NvLink
+
+# Slow-changing reads happen on the first poll and then every SLOW_POLLS polls (a minute at
+# the default 5 s interval): remapped rows, retired pages and link states change on a scale
+# of days, and their NVLink error counters are read by alerts as rates over minutes.
+SLOW_POLLS = 12
+
+# Snapshot clock_event_seconds key -> pynvml perf policy constant (what DCGM_FI_DEV_*_VIOLATION report).
+VIOLATION_POLICIES = (
+    ("power", "NVML_PERF_POLICY_POWER"),
+    ("thermal", "NVML_PERF_POLICY_THERMAL"),
+    ("sync_boost", "NVML_PERF_POLICY_SYNC_BOOST"),
+    ("board_limit", "NVML_PERF_POLICY_BOARD_LIMIT"),
+    ("low_utilization", "NVML_PERF_POLICY_LOW_UTILIZATION"),
+    ("reliability", "NVML_PERF_POLICY_RELIABILITY"),
+)
+# NvLink.errors key -> pynvml NVLink error counter constant.
+NVLINK_ERRORS = (
+    ("crc_flit", "NVML_NVLINK_ERROR_DL_CRC_FLIT"),
+    ("crc_data", "NVML_NVLINK_ERROR_DL_CRC_DATA"),
+    ("replay", "NVML_NVLINK_ERROR_DL_REPLAY"),
+    ("recovery", "NVML_NVLINK_ERROR_DL_RECOVERY"),
+)
+_VGPU_GUEST = 2  # NVML_GPU_VIRTUALIZATION_MODE_VGPU: the driver runs inside a vGPU VM
+
+
+class HealthReader:
+    """DeviceHealth of one GPU; state kept between polls: the slow values and the link count."""
+
+    def __init__(self, caller):
+        self.caller = caller
+        self.nv = caller.nv
+        self._polls = 0
+        self._slow: dict = {}  # DeviceHealth keyword values of the last slow read
+        self._links: int | None = None  # NVLink links of this board (0: none); None: not known yet
+        self._link_state: dict[int, tuple[bool | None, dict[str, int]]] = {}
+        self.last_xid: tuple[int, float] | None = None  # (code, Unix seconds), set by the XID drain
+
+    def reset(self) -> None:
+        """Forget what belongs to a handle (a lost or reset GPU): read everything again."""
+        self._polls = 0
+        self._slow = {}
+        self._links = None
+        self._link_state = {}
+
+    def read(self, ctx: PollContext, h, mig_mode: bool | None, skip: frozenset[str] = frozenset()) -> DeviceHealth:
+        """This poll's health of the GPU behind handle ``h``. ``skip``: "health" when another
+        source (DCGM) supplies memory temperature, PCIe replays, media engines, violations,
+        remapped rows and retired pages (NVLink, PCIe throughput and the license stay here)."""
+        slow_due = self._polls % SLOW_POLLS == 0
+        self._polls += 1
+        mine = "health" not in skip
+        if slow_due:
+            self._slow = self._read_slow(ctx, h, mine)
+        values: dict = dict(self._slow)
+        fields = self._fields(ctx, h, mine)
+        values.update(fields.pop("_values"))
+        values["nvlinks"] = tuple(
+            NvLink(link=link, active=self._link_state.get(link, (None, {}))[0],
+                   tx_bytes=fields["tx"].get(link), rx_bytes=fields["rx"].get(link),
+                   errors=self._link_state.get(link, (None, {}))[1])
+            for link in range(self._links or 0))
+        for direction, counter in (("tx", "NVML_PCIE_UTIL_TX_BYTES"), ("rx", "NVML_PCIE_UTIL_RX_BYTES")):
+            kbps = ctx.get("gpu", "nvmlDeviceGetPcieThroughput", h, getattr(self.nv, counter))
+            values[f"pcie_{direction}_bytes_per_second"] = None if kbps is None else kbps * 1024.0
+        values.update(self._media(ctx, h, mig_mode, utilization=mine))
+        if mine:
+            values["clock_event_seconds"] = self._violations(ctx, h)
+        if self.last_xid is not None:
+            values["last_xid"], values["last_xid_timestamp"] = self.last_xid
+        return DeviceHealth(**values)
+
+    # -- per poll -------------------------------------------------------------------------
+
+    def _fields(self, ctx: PollContext, h, mine: bool) -> dict:
+        """Memory temperature, PCIe replays and NVLink data counters in one field-values call."""
+        nv = self.nv
+        ids: list = []
+        if mine:
+            ids += [nv.NVML_FI_DEV_MEMORY_TEMP, nv.NVML_FI_DEV_PCIE_REPLAY_COUNTER]
+        if self._links is None:
+            ids.append(nv.NVML_FI_DEV_NVLINK_LINK_COUNT)
+        links = self._links or 0
+        for link in range(links):
+            ids += [(nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link), (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link)]
+        out: dict = {"_values": {}, "tx": {}, "rx": {}}
+        if not ids:
+            return out
+        answer = ctx.raw("gpu", "nvmlDeviceGetFieldValues", h, ids)
+        if answer is NA and self._links is None:
+            self._links = 0  # no field values at all (old driver): no NVLink either
+        if not ok(answer):
+            return out  # a failure: asked again next poll
+        success = nv.NVML_SUCCESS
+        for entry in answer:
+            if entry.nvmlReturn != success:
+                if entry.fieldId == nv.NVML_FI_DEV_NVLINK_LINK_COUNT:
+                    self._links = 0  # NotSupported: a board without NVLink
+                continue
+            number = _number(nv, entry)
+            fid = entry.fieldId
+            if fid == nv.NVML_FI_DEV_MEMORY_TEMP:
+                out["_values"]["memory_temperature_celsius"] = float(number)
+            elif fid == nv.NVML_FI_DEV_PCIE_REPLAY_COUNTER:
+                out["_values"]["pcie_replay_errors"] = int(number)
+            elif fid == nv.NVML_FI_DEV_NVLINK_LINK_COUNT:
+                self._links = int(number)
+            elif fid == nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX:
+                out["tx"][int(entry.scopeId)] = int(number) * 1024  # KiB -> bytes
+            elif fid == nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX:
+                out["rx"][int(entry.scopeId)] = int(number) * 1024
+        if self._links and not self._link_state:
+            self._link_state = self._read_links(ctx, h)  # the count just became known
+        return out
+
+    def _media(self, ctx: PollContext, h, mig_mode: bool | None, utilization: bool) -> dict:
+        out: dict = {}
+        if mig_mode:
+            return out  # the media engines belong to GPU instances under MIG: NotSupported here
+        for key, fn in () if not utilization else (("encoder_utilization_ratio", "nvmlDeviceGetEncoderUtilization"),
+                        ("decoder_utilization_ratio", "nvmlDeviceGetDecoderUtilization")):
+            util = ctx.get("gpu", fn, h)
+            if util is not None:
+                out[key] = util[0] / 100.0
+        stats = ctx.get("gpu", "nvmlDeviceGetEncoderStats", h)
+        if stats is not None:
+            out["encoder_sessions"] = int(stats[0])
+        return out
+
+    def _violations(self, ctx: PollContext, h) -> dict[str, float]:
+        out = {}
+        for key, const in VIOLATION_POLICIES:
+            status = ctx.get("gpu", "nvmlDeviceGetViolationStatus", h, getattr(self.nv, const))
+            if status is not None:
+                out[key] = status.violationTime / 1e9  # ns -> s
+        return out
+
+    # -- every SLOW_POLLS polls -----------------------------------------------------------
+
+    def _read_slow(self, ctx: PollContext, h, mine: bool) -> dict:
+        out: dict = {}
+        if self._links:
+            self._link_state = self._read_links(ctx, h)
+        out["vgpu_license_status"] = self._license(ctx, h)
+        if not mine:
+            return out
+        rows = ctx.get("gpu", "nvmlDeviceGetRemappedRows", h)
+        if rows is not None:
+            corrected, uncorrected, pending, failure = rows
+            out["remapped_rows"] = {"correctable": int(corrected), "uncorrectable": int(uncorrected)}
+            out["row_remap_pending"], out["row_remap_failure"] = bool(pending), bool(failure)
+        retired = {}
+        for key, const in (("single_bit_ecc", "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS"),
+                           ("double_bit_ecc", "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR")):
+            pages = ctx.get("gpu", "nvmlDeviceGetRetiredPages", h, getattr(self.nv, const))
+            if pages is not None:
+                retired[key] = len(pages)
+        out["retired_pages"] = retired
+        if retired:
+            pending = ctx.get("gpu", "nvmlDeviceGetRetiredPagesPendingStatus", h)
+            if pending is not None:
+                out["retired_pages_pending"] = pending == self.nv.NVML_FEATURE_ENABLED
+        return out
+
+    def _read_links(self, ctx: PollContext, h) -> dict[int, tuple[bool | None, dict[str, int]]]:
+        nv = self.nv
+        state = {}
+        for link in range(self._links or 0):
+            active = ctx.get("gpu", "nvmlDeviceGetNvLinkState", h, link)
+            errors = {}
+            for key, const in NVLINK_ERRORS:
+                count = ctx.get("gpu", "nvmlDeviceGetNvLinkErrorCounter", h, link, getattr(nv, const))
+                if count is not None:
+                    errors[key] = int(count)
+            state[link] = (None if active is None else bool(active), errors)
+        return state
+
+    def _license(self, ctx: PollContext, h) -> int | None:
+        """1 licensed / 0 not, from the first licensable feature; None outside a vGPU guest."""
+        mode = ctx.get("gpu", "nvmlDeviceGetVirtualizationMode", h)
+        if mode != _VGPU_GUEST:
+            return None
+        features = ctx.get("gpu", "nvmlDeviceGetGridLicensableFeatures_v4", h)
+        if not ok(features) or features is NA or not features.licensableFeaturesCount:
+            return None
+        return int(bool(features.gridLicensableFeatures[0].featureState))
+
+
+def _number(nv, entry):
+    kind = entry.valueType
+    value = entry.value
+    if kind == nv.NVML_VALUE_TYPE_DOUBLE:
+        return value.dVal
+    if kind == nv.NVML_VALUE_TYPE_UNSIGNED_INT:
+        return value.uiVal
+    if kind == nv.NVML_VALUE_TYPE_UNSIGNED_LONG:
+        return value.ulVal
+    if kind == nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
+        return value.sllVal
+    if kind == getattr(nv, "NVML_VALUE_TYPE_SIGNED_INT", -1):
+        return value.siVal
+    return value.ullVal

@@ -1,0 +1,107 @@
+"""Per physical GPU health and I/O series (gpushare_gpu_*), from GpuInfo.health.
+
+What the board or driver does not report (a GDDR board's remapped rows, NVLink on a PCIe card
+without a bridge... see exporter.snapshot.DeviceHealth) has no series, never a 0. A GPU that
+could not be read this poll keeps only its last XID (often the reason it went down).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from prometheus_client.metrics_core import Metric
+
+from exporter.collectors.base import Families, SnapshotCollector, Spec, gpu_labels
+from exporter.snapshot import DeviceHealth, Snapshot
+
+GPU = ("gpu", "uuid")
+LINK = GPU + ("link",)
+
+MEMORY_TEMPERATURE = Spec("gpushare_gpu_memory_temperature_celsius", "gauge",
+                          "Device memory (HBM) temperature.", GPU, "celsius")
+PCIE_REPLAYS = Spec("gpushare_gpu_pcie_replay_errors_total", "counter",
+                    "PCIe replays (link-level retransmissions) since the driver was loaded.", GPU)
+PCIE_TX = Spec("gpushare_gpu_pcie_transmit_bytes_per_second", "gauge",
+               "PCIe bytes sent by the GPU per second, over the driver's last sample.", GPU, "bytes_per_second")
+PCIE_RX = Spec("gpushare_gpu_pcie_receive_bytes_per_second", "gauge",
+               "PCIe bytes received by the GPU per second, over the driver's last sample.", GPU,
+               "bytes_per_second")
+ENCODER = Spec("gpushare_gpu_encoder_utilization_ratio", "gauge",
+               "Fraction of the last sample period the video encoder (NVENC) was busy.", GPU, "ratio")
+DECODER = Spec("gpushare_gpu_decoder_utilization_ratio", "gauge",
+               "Fraction of the last sample period the video decoder (NVDEC) was busy.", GPU, "ratio")
+ENCODER_SESSIONS = Spec("gpushare_gpu_encoder_sessions", "gauge", "Active video encoder sessions.", GPU)
+NVLINK_UP = Spec("gpushare_gpu_nvlink_up", "gauge", "1 if the NVLink is active, else 0.", LINK)
+NVLINK_TX = Spec("gpushare_gpu_nvlink_transmit_bytes_total", "counter",
+                 "NVLink data bytes sent since the driver was loaded.", LINK, "bytes")
+NVLINK_RX = Spec("gpushare_gpu_nvlink_receive_bytes_total", "counter",
+                 "NVLink data bytes received since the driver was loaded.", LINK, "bytes")
+NVLINK_ERRORS = Spec("gpushare_gpu_nvlink_errors_total", "counter",
+                     "NVLink data-link errors (crc_flit, crc_data, replay, recovery) since the driver was loaded.",
+                     LINK + ("type",))
+REMAPPED_ROWS = Spec("gpushare_gpu_remapped_rows_total", "counter",
+                     "Memory rows remapped over the board's life, by the error that caused it.", GPU + ("kind",))
+REMAP_PENDING = Spec("gpushare_gpu_row_remap_pending", "gauge",
+                     "1 while a row remap waits for a GPU reset to take effect, else 0.", GPU)
+REMAP_FAILURE = Spec("gpushare_gpu_row_remap_failure", "gauge",
+                     "1 if a row could not be remapped (no spare row left), else 0.", GPU)
+RETIRED_PAGES = Spec("gpushare_gpu_retired_pages_total", "counter",
+                     "Memory pages retired over the board's life, by cause.", GPU + ("cause",))
+RETIRED_PENDING = Spec("gpushare_gpu_retired_pages_pending", "gauge",
+                       "1 while a page retirement waits for a driver reload, else 0.", GPU)
+CLOCK_EVENT_SECONDS = Spec("gpushare_gpu_clock_event_duration_seconds_total", "counter",
+                           "Time the clocks were held below the requested clocks, by limiting policy.",
+                           GPU + ("reason",), "seconds")
+VGPU_LICENSE = Spec("gpushare_gpu_vgpu_license_status", "gauge",
+                    "1 if the vGPU guest driver holds a license, 0 if not; absent outside vGPU.", GPU)
+LAST_XID = Spec("gpushare_gpu_last_xid", "gauge", "Code of the last XID error seen since the exporter started.", GPU)
+LAST_XID_TIME = Spec("gpushare_gpu_last_xid_timestamp_seconds", "gauge",
+                     "When the last XID error was seen (Unix time, within one poll interval).", GPU, "seconds")
+
+
+def _flag(value: bool | None) -> int | None:
+    return None if value is None else int(value)
+
+
+class HealthCollector(SnapshotCollector):
+    """Exports the GPU health families listed in docs/metrics.md."""
+
+    name = "health"
+    section = "gpu"
+
+    def families(self, snapshot: Snapshot) -> Iterable[Metric]:
+        out = Families()
+        for gpu in snapshot.gpus:
+            ids = gpu_labels(gpu.index, gpu.uuid)
+            if gpu.up:
+                self._add(out, ids, gpu.health)
+            out.add(LAST_XID, ids, gpu.health.last_xid)
+            out.add(LAST_XID_TIME, ids, gpu.health.last_xid_timestamp)
+        return out
+
+    @staticmethod
+    def _add(out: Families, ids: tuple[str, str], h: DeviceHealth) -> None:
+        out.add(MEMORY_TEMPERATURE, ids, h.memory_temperature_celsius)
+        out.add(PCIE_REPLAYS, ids, h.pcie_replay_errors)
+        out.add(PCIE_TX, ids, h.pcie_tx_bytes_per_second)
+        out.add(PCIE_RX, ids, h.pcie_rx_bytes_per_second)
+        out.add(ENCODER, ids, h.encoder_utilization_ratio)
+        out.add(DECODER, ids, h.decoder_utilization_ratio)
+        out.add(ENCODER_SESSIONS, ids, h.encoder_sessions)
+        for link in h.nvlinks:
+            labels = ids + (str(link.link),)
+            out.add(NVLINK_UP, labels, _flag(link.active))
+            out.add(NVLINK_TX, labels, link.tx_bytes)
+            out.add(NVLINK_RX, labels, link.rx_bytes)
+            for kind, count in sorted(link.errors.items()):
+                out.add(NVLINK_ERRORS, labels + (kind,), count)
+        for kind, count in sorted(h.remapped_rows.items()):
+            out.add(REMAPPED_ROWS, ids + (kind,), count)
+        out.add(REMAP_PENDING, ids, _flag(h.row_remap_pending))
+        out.add(REMAP_FAILURE, ids, _flag(h.row_remap_failure))
+        for cause, count in sorted(h.retired_pages.items()):
+            out.add(RETIRED_PAGES, ids + (cause,), count)
+        out.add(RETIRED_PENDING, ids, _flag(h.retired_pages_pending))
+        for reason, seconds in sorted(h.clock_event_seconds.items()):
+            out.add(CLOCK_EVENT_SECONDS, ids + (reason,), seconds)
+        out.add(VGPU_LICENSE, ids, h.vgpu_license_status)
