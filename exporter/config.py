@@ -47,6 +47,7 @@ class Settings:
     workload_rules: tuple = ()  # foresight.workload.WorkloadRule; config file only
     dcgm_address: str | None = None  # nv-hostengine, "tcp://host:port" or "unix:///path"; None = embedded
     dcgm_bindings: str | None = None  # directory of DCGM's Python bindings; None = DCGM's install paths
+    dcgm_update_interval: float | None = None  # DCGM's sampling period for our watches; None: derived
     web_config_file: str | None = None  # exporter-toolkit web config (TLS, basic auth); docs/security.md
     web_max_connections: int = 256
     web_read_timeout: float = 10.0  # seconds a client has to send a complete request (and TLS handshake)
@@ -230,6 +231,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "workload_rules": lambda raw: parse_rules(raw, "workload_rules"),
     "dcgm_address": parse_dcgm_address,
     "dcgm_bindings": _path,
+    "dcgm_update_interval": _seconds,
     "web_config_file": _path,
     "web_max_connections": _count,
     "web_read_timeout": _seconds,

@@ -11,8 +11,10 @@ import dataclasses
 
 from exporter.snapshot import (
     Activity,
+    DeviceHealth,
     GpuInfo,
     MigInstance,
+    NvLink,
     MpsServer,
     PodDevice,
     ProcessInfo,
@@ -58,6 +60,21 @@ def mps_gpu() -> GpuInfo:
         clock_event_reasons={"sw_power_cap": True, "hw_slowdown": False},
         ecc_errors={"corrected": 3, "uncorrected": 0},
         xid_errors={79: 1},
+        # Every health field set, as a vGPU guest on an SXM board would report them (the
+        # combination is for coverage: real vGPU guests see no NVLink counters).
+        health=DeviceHealth(
+            memory_temperature_celsius=72.0, pcie_replay_errors=4, pcie_tx_bytes_per_second=2.5e9,
+            pcie_rx_bytes_per_second=6.0e9, encoder_utilization_ratio=0.1, decoder_utilization_ratio=0.25,
+            encoder_sessions=2,
+            nvlinks=(NvLink(link=0, active=True, tx_bytes=10 * GIB, rx_bytes=12 * GIB,
+                            errors={"crc_flit": 1, "crc_data": 0, "replay": 2, "recovery": 0}),
+                     NvLink(link=1, active=False)),
+            remapped_rows={"correctable": 2, "uncorrectable": 1}, row_remap_pending=True, row_remap_failure=False,
+            retired_pages={"single_bit_ecc": 0, "double_bit_ecc": 1}, retired_pages_pending=False,
+            clock_event_seconds={"power": 61.5, "thermal": 3.0, "sync_boost": 0.0, "board_limit": 0.0,
+                                 "low_utilization": 120.0, "reliability": 0.0},
+            vgpu_license_status=1, last_xid=79, last_xid_timestamp=1_700_000_100.0,
+        ),
         processes=(
             ProcessInfo(100, "nvidia-cuda-mps-server", "", 0, None, None, 60 * MIB, is_mps_server=True),
             ProcessInfo(

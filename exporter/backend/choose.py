@@ -31,8 +31,24 @@ class DcgmOptions:
 
     bindings_dirs: tuple[str, ...] = dcgm_bindings.INSTALL_DIRS
     address: DcgmAddress | None = None
-    interval: float = 1.0
+    interval: float = 1.0  # seconds between the exporter's polls
     bindings_label: str | None = None  # how messages name where the bindings are (default: the directory)
+    update_interval: float | None = None  # --dcgm-update-interval; None: see watch_interval()
+
+    def watch_interval(self) -> float:
+        """The update period the exporter asks DCGM for (docs/backends.md): --dcgm-update-interval
+        when given; else the poll interval, but on a shared nv-hostengine (--dcgm-address) at
+        least SHARED_ENGINE_MIN_SECONDS: DCGM samples a field at the fastest period any of its
+        clients asked for, so a 1 s poll would make it sample every second for everyone."""
+        if self.update_interval is not None:
+            return max(MIN_UPDATE_SECONDS, self.update_interval)
+        if self.address is None:
+            return max(MIN_UPDATE_SECONDS, self.interval)
+        return max(SHARED_ENGINE_MIN_SECONDS, self.interval)
+
+
+MIN_UPDATE_SECONDS = 0.1  # DCGM's own floor for a watch is 100 ms
+SHARED_ENGINE_MIN_SECONDS = 5.0
 
 
 def open_backend(kind: str, nvml, options: DcgmOptions):
@@ -48,10 +64,12 @@ def open_backend(kind: str, nvml, options: DcgmOptions):
     where = options.bindings_label or bindings.directory
     if kind == "dcgm":
         backend = DcgmBackend(nvml, bindings, options.address, options.interval,
-                              reason=f"--backend dcgm: DCGM bindings from {where}")
+                              reason=f"--backend dcgm: DCGM bindings from {where}",
+                              update_interval=options.watch_interval())
         backend.open()
         return backend
-    session = DcgmSession(bindings, DcgmCaller(bindings), options.address, options.interval)
+    session = DcgmSession(bindings, DcgmCaller(bindings), options.address, options.interval,
+                          options.watch_interval())
     try:
         session.connect()
     except DcgmError as exc:
@@ -59,6 +77,7 @@ def open_backend(kind: str, nvml, options: DcgmOptions):
         return open_nvml(nvml, f"--backend auto: DCGM bindings found in {where} but "
                            f"{reason_for(exc, session.where)}")
     backend = DcgmBackend(nvml, bindings, options.address, options.interval, session=session,
+                          update_interval=options.watch_interval(),
                           reason=f"--backend auto: DCGM bindings in {where} and {session.where} "
                                  f"(DCGM {session.version or 'version unknown'}) answered")
     try:

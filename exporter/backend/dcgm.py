@@ -34,10 +34,11 @@ class DcgmBackend:
     name = "dcgm"
 
     def __init__(self, nvml, bindings: Bindings, address: DcgmAddress | None, interval: float,
-                 session: DcgmSession | None = None, reason: str = ""):
-        """``nvml``: an NvmlBackend, opened here unless already open; ``session``: already connected."""
+                 session: DcgmSession | None = None, reason: str = "", update_interval: float | None = None):
+        """``nvml``: an NvmlBackend, opened here unless already open; ``session``: already connected;
+        ``update_interval``: the sampling period asked of DCGM (None: ``interval``)."""
         self.nvml = nvml
-        self.source = DcgmSource(bindings, address, interval, session)
+        self.source = DcgmSource(bindings, address, interval, session, update_interval)
         self.reason = reason
         self._open = False
         self._gpu_ids: dict[int, int] = {}  # NVML index -> DCGM gpuId, from the last mapping

@@ -58,11 +58,15 @@ class ProfilingWatch:
 class DcgmSession:
     """Connected handle plus what was created on it; ``close()`` undoes both."""
 
-    def __init__(self, bindings: Bindings, caller: DcgmCaller, address: DcgmAddress | None, interval: float):
+    def __init__(self, bindings: Bindings, caller: DcgmCaller, address: DcgmAddress | None, interval: float,
+                 update_interval: float | None = None):
+        """``interval``: seconds between polls; ``update_interval``: the sampling period asked of
+        the host engine for every watch (None: ``interval``; exporter.backend.choose.DcgmOptions)."""
         self.b = bindings
         self.caller = caller
         self.address = address
         self.interval = interval
+        self.update_interval = interval if update_interval is None else update_interval
         self.handle = None
         self.version = ""
         self.gpu_index: dict[int, int] = {}  # DCGM gpuId -> NVML index
@@ -189,8 +193,9 @@ class DcgmSession:
         return group
 
     def _watch(self, group, fields: tuple[int, ...]) -> None:
+        period = max(0.1, self.update_interval)
         self.caller.call("dcgmWatchFields", self.handle, group, self._field_group(fields),
-                         int(max(0.1, self.interval) * 1e6), max(10.0, 4 * self.interval), MAX_KEEP_SAMPLES)
+                         int(period * 1e6), max(10.0, 4 * period), MAX_KEEP_SAMPLES)
 
     def watch_device(self) -> None:
         """Watch the device fields on every mapped GPU (once per connection)."""

@@ -68,8 +68,9 @@ class DcgmSource:
     """The DCGM half of the backend; see the module docstring."""
 
     def __init__(self, bindings: Bindings, address: DcgmAddress | None, interval: float,
-                 session: DcgmSession | None = None):
+                 session: DcgmSession | None = None, update_interval: float | None = None):
         self.bindings = bindings
+        self.update_interval = interval if update_interval is None else update_interval
         self.caller = session.caller if session is not None else DcgmCaller(bindings)
         self.address = address
         self.interval = interval
@@ -83,6 +84,8 @@ class DcgmSource:
         self._profiling: dict[int, tuple[str, str, int]] = {}  # index -> (state, reason, retry poll)
         self._blank: dict[int, int] = {}
         self._narrowed: set[int] = set()  # GPUs warned about a narrowed profiling watch
+        # (fields, narrowed subset) -> GPUs narrowed so that since the last warning: one line for all
+        self._narrowing: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] = {}
         self._slow_connect = False
         self.log = SourceLog()
 
@@ -144,7 +147,7 @@ class DcgmSource:
     def _connect_if_due(self) -> None:
         if self.session is not None or self._polls < self._next_connect:
             return
-        session = DcgmSession(self.bindings, self.caller, self.address, self.interval)
+        session = DcgmSession(self.bindings, self.caller, self.address, self.interval, self.update_interval)
         started = time.monotonic()
         try:
             session.connect()
@@ -155,7 +158,8 @@ class DcgmSource:
             self._slow_connect = time.monotonic() - started > SLOW_CONNECT_SECONDS
             raise
         self.session, self.down_reason, self._mapped, self._slow_connect = session, "", False, False
-        log.info("connected to %s (DCGM %s)", self.where, session.version or "version unknown")
+        log.info("connected to %s (DCGM %s); asking it to sample every %gs", self.where,
+                 session.version or "version unknown", session.update_interval)
 
     def _drop(self, exc: DcgmError) -> None:
         self.down_reason = reason_for(exc, self.where)
@@ -183,6 +187,7 @@ class DcgmSource:
             if state[0] == "failed" and "(-33)" in state[1]:
                 missing_module = state[1]  # the module serves every GPU: no use asking again
         self._mapped = True
+        self._warn_narrowed()
         session.update_all()
 
     def _watch_profiling(self, index: int) -> None:
@@ -197,8 +202,7 @@ class DcgmSource:
                     continue
                 if subset != fields and index not in self._narrowed:
                     self._narrowed.add(index)
-                    log.warning("GPU %d: DCGM cannot collect profiling fields %s in one pass (-38); watching %s",
-                                index, list(fields), list(subset))
+                    self._narrowing.setdefault((fields, subset), []).append(index)
                 break
             self._profiling[index] = ("watched", "", 0)
         except DcgmError as exc:
@@ -209,10 +213,19 @@ class DcgmSource:
             else:
                 self._profiling[index] = ("failed", reason_for(exc, self.where), self._polls + self._retry_polls(exc))
 
+    def _warn_narrowed(self) -> None:
+        """One warning per narrowing, naming every GPU it applies to (not one line per GPU)."""
+        for (fields, subset), indices in sorted(self._narrowing.items()):
+            log.warning("%s %s: DCGM cannot collect profiling fields %s in one pass (-38); watching %s",
+                        "GPU" if len(indices) == 1 else "GPUs", ", ".join(map(str, sorted(indices))),
+                        list(fields), list(subset))
+        self._narrowing.clear()
+
     def _retry_profiling(self) -> None:
         due = [i for i, (state, _, at) in self._profiling.items() if state == "failed" and self._polls >= at]
         for index in due:
             self._watch_profiling(index)
+        self._warn_narrowed()
         if any(self._profiling[i][0] == "watched" for i in due):
             self.session.update_all()
 
@@ -256,12 +269,16 @@ class DcgmSource:
         if not self._mapped and not self._profiling:
             return out  # profiling not set up yet: unknown, not unavailable
         problems = []
+        blank = []
         for index, (state, reason, _) in sorted(self._profiling.items()):
             if state == "failed":
                 problems.append(reason)
             elif state == "watched" and self._blank.get(index, 0) >= BLANK_POLLS:
-                problems.append(f"profiling values blank on GPU {index}: profiling paused (dcgmi profile "
-                                "--pause) or the GPU performance counters held by another tool")
+                blank.append(str(index))
+        if blank:  # one reason naming every GPU, not one per GPU
+            problems.append(f"profiling values blank on GPU{'s' if len(blank) > 1 else ''} {', '.join(blank)}: "
+                            "profiling paused (dcgmi profile --pause) or the GPU performance counters held by "
+                            "another tool")
         if not self.session.gpu_index:
             problems.append(f"{self.where} reports none of the GPUs NVML sees")
         elif not any(state != "unsupported" for state, _, _ in self._profiling.values()):

@@ -74,7 +74,7 @@ class GpuReader:
         self.procs = ProcessReader(caller, procfs, identifier)
         self.gpm = GpmReader(caller)
         self.xid = XidReader(caller, clock)
-        self.health = HealthReader(caller)
+        self.health = HealthReader(caller, clock)
         # Values another source (the DCGM backend) supplies for this GPU this poll, so they are
         # not read twice: "utilization", "power", "power_limit", "energy", "temperature",
         # "clock:<sm|memory|video>", "ecc", "activity" (GPM of the GPU), "mig_activity" (GPM of

@@ -13,8 +13,9 @@ Getters and their units (every call goes through NvmlCaller.call, the choke poin
 - ``nvmlDeviceGetEncoderUtilization`` / ``nvmlDeviceGetDecoderUtilization``: [percent, sampling
   period µs] (-> ratio); ``nvmlDeviceGetEncoderStats``: (sessions, fps, latency µs).
 
-Slow-changing values are read every SLOW_POLLS polls and kept in between (a poll in between
-costs no call for them): the NVLink link count, each link's state
+Slow-changing values are read on the first poll and then once SLOW_SECONDS have passed on the
+backend's clock (the simulated host's clock in simulation), and kept in between (a poll in
+between costs no call for them): the NVLink link count, each link's state
 (``nvmlDeviceGetNvLinkState``) and error counters (``nvmlDeviceGetNvLinkErrorCounter``, counts),
 remapped rows (``nvmlDeviceGetRemappedRows``: correctable, uncorrectable, pending, failure),
 retired pages (``nvmlDeviceGetRetiredPages`` per cause, ``...PendingStatus``), and the vGPU
@@ -27,10 +28,10 @@ from __future__ import annotations
 from exporter.backend.nvml_types import NA, PollContext, ok
 from exporter.snapshot import DeviceHealth, NvLink
 
-# Slow-changing reads happen on the first poll and then every SLOW_POLLS polls (a minute at
-# the default 5 s interval): remapped rows, retired pages and link states change on a scale
-# of days, and their NVLink error counters are read by alerts as rates over minutes.
-SLOW_POLLS = 12
+# Slow-changing reads happen on the first poll and then at most once a minute (every 12th poll
+# at the default 5 s interval): remapped rows, retired pages and link states change on a scale
+# of days, and NVLink error counters are read by alerts as rates over minutes.
+SLOW_SECONDS = 60.0
 
 # Snapshot clock_event_seconds key -> pynvml perf policy constant (what DCGM_FI_DEV_*_VIOLATION report).
 VIOLATION_POLICIES = (
@@ -54,10 +55,12 @@ _VGPU_GUEST = 2  # NVML_GPU_VIRTUALIZATION_MODE_VGPU: the driver runs inside a v
 class HealthReader:
     """DeviceHealth of one GPU; state kept between polls: the slow values and the link count."""
 
-    def __init__(self, caller):
+    def __init__(self, caller, clock):
+        """``clock``: seconds now, on the clock that paces the slow reads."""
         self.caller = caller
         self.nv = caller.nv
-        self._polls = 0
+        self.clock = clock
+        self._slow_at: float | None = None  # clock() at the last slow read
         self._slow: dict = {}  # DeviceHealth keyword values of the last slow read
         self._links: int | None = None  # NVLink links of this board (0: none); None: not known yet
         self._link_state: dict[int, tuple[bool | None, dict[str, int]]] = {}
@@ -65,7 +68,7 @@ class HealthReader:
 
     def reset(self) -> None:
         """Forget what belongs to a handle (a lost or reset GPU): read everything again."""
-        self._polls = 0
+        self._slow_at = None
         self._slow = {}
         self._links = None
         self._link_state = {}
@@ -74,11 +77,11 @@ class HealthReader:
         """This poll's health of the GPU behind handle ``h``. ``skip``: "health" when another
         source (DCGM) supplies memory temperature, PCIe replays, media engines, violations,
         remapped rows and retired pages (NVLink, PCIe throughput and the license stay here)."""
-        slow_due = self._polls % SLOW_POLLS == 0
-        self._polls += 1
+        now = self.clock()
+        slow_due = self._slow_at is None or not 0 <= now - self._slow_at < SLOW_SECONDS
         mine = "health" not in skip
         if slow_due:
-            self._slow = self._read_slow(ctx, h, mine)
+            self._slow, self._slow_at = self._read_slow(ctx, h, mine), now
         values: dict = dict(self._slow)
         fields = self._fields(ctx, h, mine)
         values.update(fields.pop("_values"))
@@ -162,7 +165,7 @@ class HealthReader:
                 out[key] = status.violationTime / 1e9  # ns -> s
         return out
 
-    # -- every SLOW_POLLS polls -----------------------------------------------------------
+    # -- at most every SLOW_SECONDS ------------------------------------------------------
 
     def _read_slow(self, ctx: PollContext, h, mine: bool) -> dict:
         out: dict = {}

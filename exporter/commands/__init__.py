@@ -38,6 +38,10 @@ _FLAG_HELP: dict[str, tuple[str, str]] = {
     "dcgm_address": ("HOST[:PORT]|PATH", "read DCGM from a running nv-hostengine (TCP, default port 5555, or a unix "
                      "socket path) instead of an embedded host engine"),
     "dcgm_bindings": ("DIR", "directory of DCGM's Python bindings (default: DCGM 4.x and 3.x install paths)"),
+    "dcgm_update_interval": ("SECONDS", "how often DCGM samples the fields this exporter watches (default: "
+                             "--interval with the embedded host engine; with --dcgm-address --interval but at "
+                             "least 5, so a shared nv-hostengine is not made to sample every second for every "
+                             "client; docs/backends.md)"),
     "web_config_file": ("FILE", "web config (exporter-toolkit format): TLS, client certificates, basic auth, "
                                 "headers; reloaded on SIGHUP or change (docs/security.md)"),
     "web_max_connections": ("N", "most HTTP connections open at once (default 256)"),
@@ -122,7 +126,8 @@ def dcgm_options(settings: Settings, interval: float | None = None):
     if settings.dcgm_bindings is not None and not os.path.isdir(settings.dcgm_bindings):
         raise UserError(f"--dcgm-bindings {settings.dcgm_bindings}: not a directory")
     return DcgmOptions(bindings_dirs=search_dirs(settings.dcgm_bindings), address=address,
-                       interval=settings.interval if interval is None else interval)
+                       interval=settings.interval if interval is None else interval,
+                       update_interval=settings.dcgm_update_interval)
 
 
 def make_backend(settings: Settings) -> Backend:

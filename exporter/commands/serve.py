@@ -26,7 +26,7 @@ from exporter.web.live import LiveWebConfig, describe
 
 HELP = "poll the GPUs and serve Prometheus metrics over HTTP"
 SETTINGS = ("listen", "interval", "backend", "simulate", "speed", "log_level", "log_format", "procfs", "gpu_timeout",
-            "state_dir", "dcgm_address", "dcgm_bindings", "web_config_file", "web_max_connections",
+            "state_dir", "dcgm_address", "dcgm_bindings", "dcgm_update_interval", "web_config_file", "web_max_connections",
             "web_read_timeout", "web_idle_timeout", "process_series", "kubernetes_api", "pod_resources_socket",
             "node_name", "compat_listen")
 

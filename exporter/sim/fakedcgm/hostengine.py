@@ -132,10 +132,13 @@ class HostEngine(WatchCalls):
             return True
         return any(f.kind == kind and f.active(self.now) for f in self.spec.faults)
 
-    def _generation(self) -> int:
-        """Restarts of the host engine so far: each down window or engine swap starts one."""
-        marks = [f.start for f in self.spec.faults if f.kind in ("hostengine_down", "version_mismatch")]
-        marks += [f.until for f in self.spec.faults if f.kind == "version_mismatch" and f.until is not None]
+    def _generation(self, kind: str = "standalone") -> int:
+        """Restarts of a host engine of ``kind`` so far: each down window starts one; an engine
+        swap (version_mismatch: its start and its end) restarts nv-hostengine only, never an
+        engine embedded in the exporter (docs/scenarios.md)."""
+        swaps = ("version_mismatch",) if kind == "standalone" else ()
+        marks = [f.start for f in self.spec.faults if f.kind == "hostengine_down" or f.kind in swaps]
+        marks += [f.until for f in self.spec.faults if f.kind in swaps and f.until is not None]
         return sum(1 for t in marks if t <= self.now)
 
     def _engine(self, handle_arg) -> _Engine | int:
@@ -147,7 +150,7 @@ class HostEngine(WatchCalls):
             return CONNECTION_NOT_VALID
         if handle.engine.kind == "standalone" and self._fault("version_mismatch"):
             return VER_MISMATCH
-        if handle.generation != self._generation():
+        if handle.generation != self._generation(handle.engine.kind):
             return CONNECTION_NOT_VALID  # the engine restarted: this connection is gone
         return handle.engine
 
@@ -175,7 +178,7 @@ class HostEngine(WatchCalls):
             return CONNECTION_NOT_VALID
         if not self.spec.root and self._mig_gpus():
             return REQUIRES_ROOT  # the cache manager cannot read MIG state without root
-        return self._new_handle(_Engine("embedded", self._generation()), ref)
+        return self._new_handle(_Engine("embedded", self._generation("embedded")), ref)
 
     def dcgmStopEmbedded(self, handle):
         return OK if self._handles.pop(_value(handle), None) is not None else BADPARAM
