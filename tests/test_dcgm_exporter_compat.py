@@ -207,3 +207,30 @@ def test_unknown_values_give_no_series(rendered):
     assert "DCGM_FI_DEV_VGPU_LICENSE_STATUS{" not in text
     output = DcgmExporterOutput("node-a")
     assert output.render(snapshot) == output.render(snapshot)
+
+
+def test_compat_port_in_use_is_a_one_line_error(capsys, monkeypatch):
+    """A taken --compat-listen port exits 2 naming the flag; the main listener is closed again."""
+    import socket
+
+    from exporter import commands
+    from test_cli import FakeBackend, run_main
+
+    backend = FakeBackend()
+    monkeypatch.setattr(commands, "make_backend", lambda *a, **k: backend)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, _, err = run_main(capsys, "serve", "--listen", "127.0.0.1:0", "--compat-listen", f"127.0.0.1:{port}")
+    assert code == 2 and err.startswith(f"exporter: error: --compat-listen 127.0.0.1:{port}: cannot listen")
+    assert err.count("\n") == 1
+    assert not backend.opened or backend.closed
+
+
+@pytest.mark.parametrize("value", ["9400", "host:port", "[::1:9400"])
+def test_bad_compat_listen_is_a_one_line_error(capsys, value):
+    from test_cli import run_main
+
+    code, _, err = run_main(capsys, "serve", "--compat-listen", value)
+    assert code == 2 and "--compat-listen" in err and err.count("\n") == 1, err
