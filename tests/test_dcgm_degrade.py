@@ -169,8 +169,9 @@ def test_profiling_module_missing(tmp_path):
 def test_dcgm_3x_connects_with_connect_v2(tmp_path):
     """DCGM 3.x has no dcgmConnect_v3: the backend falls back to dcgmConnect_v2."""
     path = scenario(tmp_path, {"version": "3.3.9"})
-    with Run(path, "dcgm", address=NV_HOSTENGINE) as run:
-        for t in (0, 1, 2):
+    # a shared nv-hostengine samples every 5 s at least (--dcgm-update-interval): poll at that pace
+    with Run(path, "dcgm", address=NV_HOSTENGINE, interval=5.0) as run:
+        for t in (0, 5, 10):
             series = run.poll(t)
         assert run.backend.dcgm_lib.call_counts["dcgmConnect_v2"] == 1
         assert "dcgmConnect_v3" not in run.backend.dcgm_lib.call_counts

@@ -8,7 +8,7 @@ PCI bus id, driver version, MIG profile table, GPU/compute instance ids and plac
 process names/command lines/environments, the supported clock-event mask, the MIG free
 capacity of an unchanged layout, GPM support and sample buffers.
 
-So a GPU needs: MIG mode 1, memory 1 (total/used/free/reserved come in one struct), power 1,
+So a GPU needs (health reads: see _health): MIG mode 1, memory 1 (total/used/free/reserved come in one struct), power 1,
 power limit 1, energy 1, temperature 1, one per exported clock domain, current clock-event
 reasons 1, one per exported ECC counter type, XID drain 1 (one wait that answers "none");
 outside MIG also utilization 1 and compute mode 1. GPM activity costs a sample + a metrics
@@ -62,6 +62,24 @@ def _gpu_values(gpu, need: Counter) -> None:
     if gpu.activity is not None:
         need["nvmlGpmSampleGet"] += 1
         need["nvmlGpmMetricsGet"] += 1
+    _health(gpu.health, need)
+
+
+def _health(h, need: Counter) -> None:
+    """Issue 21's health values read every poll (NVLink states/errors and the vGPU license are
+    read once a minute: not per poll). Memory temperature, PCIe replays and the NVLink data
+    counters share one field-values call; each violation policy is a call of its own."""
+    if h.memory_temperature_celsius is not None or h.pcie_replay_errors is not None or h.nvlinks:
+        need["nvmlDeviceGetFieldValues"] += 1
+    need["nvmlDeviceGetPcieThroughput"] += (h.pcie_tx_bytes_per_second is not None) + (
+        h.pcie_rx_bytes_per_second is not None)
+    need["nvmlDeviceGetEncoderUtilization"] += h.encoder_utilization_ratio is not None
+    need["nvmlDeviceGetDecoderUtilization"] += h.decoder_utilization_ratio is not None
+    need["nvmlDeviceGetEncoderStats"] += h.encoder_sessions is not None
+    need["nvmlDeviceGetViolationStatus"] += len(h.clock_event_seconds)
+    need["nvmlDeviceGetRemappedRows"] += bool(h.remapped_rows)
+    need["nvmlDeviceGetRetiredPages"] += len(h.retired_pages)
+    need["nvmlDeviceGetRetiredPagesPendingStatus"] += h.retired_pages_pending is not None
 
 
 def _plain(gpu, need: Counter) -> None:

@@ -78,7 +78,8 @@ class GpuReader:
         # Values another source (the DCGM backend) supplies for this GPU this poll, so they are
         # not read twice: "utilization", "power", "power_limit", "energy", "temperature",
         # "clock:<sm|memory|video>", "ecc", "activity" (GPM of the GPU), "mig_activity" (GPM of
-        # its GPU instances), "health" (exporter.backend.nvml_health.HealthReader.read). Set by the owner before each read; empty for the NVML backend.
+        # its GPU instances), "health" (see exporter.backend.nvml_health.HealthReader.read). Set
+        # by the owner before each read; empty for the NVML backend.
         self.provided: frozenset[str] = frozenset()
 
     # -- public -------------------------------------------------------------------------

@@ -12,14 +12,17 @@ Getters and their units (every call goes through NvmlCaller.call, the choke poin
   20 ms sample (-> bytes/s, a rate: exported as a gauge).
 - ``nvmlDeviceGetEncoderUtilization`` / ``nvmlDeviceGetDecoderUtilization``: [percent, sampling
   period µs] (-> ratio); ``nvmlDeviceGetEncoderStats``: (sessions, fps, latency µs).
+- ``nvmlDeviceGetRemappedRows``: (correctable, uncorrectable, pending, failure) rows;
+  ``nvmlDeviceGetRetiredPages`` per cause (page addresses: counted) and
+  ``nvmlDeviceGetRetiredPagesPendingStatus``. Read every poll: one call on a board with a row
+  remapper (the choke point remembers NotSupported, so the other costs nothing), and these are
+  what an operator pages on: they must not lag a minute behind the driver.
 
 Slow-changing values are read on the first poll and then once SLOW_SECONDS have passed on the
 backend's clock (the simulated host's clock in simulation), and kept in between (a poll in
-between costs no call for them): the NVLink link count, each link's state
-(``nvmlDeviceGetNvLinkState``) and error counters (``nvmlDeviceGetNvLinkErrorCounter``, counts),
-remapped rows (``nvmlDeviceGetRemappedRows``: correctable, uncorrectable, pending, failure),
-retired pages (``nvmlDeviceGetRetiredPages`` per cause, ``...PendingStatus``), and the vGPU
-license (``nvmlDeviceGetVirtualizationMode``; ``nvmlDeviceGetGridLicensableFeatures`` only in a
+between costs no call for them): each NVLink's state (``nvmlDeviceGetNvLinkState``) and error
+counters (``nvmlDeviceGetNvLinkErrorCounter``, counts: 4 calls per link, 72 on an H100 SXM),
+and the vGPU license (``nvmlDeviceGetVirtualizationMode``; ``nvmlDeviceGetGridLicensableFeatures`` only in a
 vGPU guest). NotSupported (NA) leaves a value None / absent, never 0.
 """
 
@@ -29,8 +32,8 @@ from exporter.backend.nvml_types import NA, PollContext, ok
 from exporter.snapshot import DeviceHealth, NvLink
 
 # Slow-changing reads happen on the first poll and then at most once a minute (every 12th poll
-# at the default 5 s interval): remapped rows, retired pages and link states change on a scale
-# of days, and NVLink error counters are read by alerts as rates over minutes.
+# at a 5 s interval): link states and the license change on a scale of days, and NVLink error
+# counters are read by alerts as rates over minutes.
 SLOW_SECONDS = 60.0
 
 # Snapshot clock_event_seconds key -> pynvml perf policy constant (what DCGM_FI_DEV_*_VIOLATION report).
@@ -81,7 +84,7 @@ class HealthReader:
         slow_due = self._slow_at is None or not 0 <= now - self._slow_at < SLOW_SECONDS
         mine = "health" not in skip
         if slow_due:
-            self._slow, self._slow_at = self._read_slow(ctx, h, mine), now
+            self._slow, self._slow_at = self._read_slow(ctx, h), now
         values: dict = dict(self._slow)
         fields = self._fields(ctx, h, mine)
         values.update(fields.pop("_values"))
@@ -96,6 +99,7 @@ class HealthReader:
         values.update(self._media(ctx, h, mig_mode, utilization=mine))
         if mine:
             values["clock_event_seconds"] = self._violations(ctx, h)
+            values.update(self._memory(ctx, h))
         if self.last_xid is not None:
             values["last_xid"], values["last_xid_timestamp"] = self.last_xid
         return DeviceHealth(**values)
@@ -167,13 +171,16 @@ class HealthReader:
 
     # -- at most every SLOW_SECONDS ------------------------------------------------------
 
-    def _read_slow(self, ctx: PollContext, h, mine: bool) -> dict:
+    def _read_slow(self, ctx: PollContext, h) -> dict:
         out: dict = {}
         if self._links:
             self._link_state = self._read_links(ctx, h)
         out["vgpu_license_status"] = self._license(ctx, h)
-        if not mine:
-            return out
+        return out
+
+    def _memory(self, ctx: PollContext, h) -> dict:
+        """Remapped rows and retired pages (each board has one mechanism or the other, or none)."""
+        out: dict = {}
         rows = ctx.get("gpu", "nvmlDeviceGetRemappedRows", h)
         if rows is not None:
             corrected, uncorrected, pending, failure = rows

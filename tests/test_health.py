@@ -1,0 +1,200 @@
+"""GPU health (issue 21): the shipped health-node scenario through both backends.
+
+Expected values are computed from the scenario file itself (its timelines and events), so a
+change of the scenario changes the expectation; boards without a feature must export no
+series for it (absent, never 0).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from dcgm_helpers import NV_HOSTENGINE, Run, scrape_at, value, write_scenario
+from exporter.backend.choose import DcgmOptions
+from exporter.errors import UserError
+from exporter.sim.model import timeline_value
+from exporter.sim.scenario import load_scenario
+from tests.conftest import SCENARIOS
+
+HEALTH_NODE = SCENARIOS / "health-node.yaml"
+BACKENDS = ("nvml", "dcgm")
+
+
+def truth(t: float) -> dict:
+    """What GPU 0 and 1 of health-node report at virtual time t, from the scenario file."""
+    spec = load_scenario(HEALTH_NODE)
+    out = {}
+    for gpu in (0, 1):
+        g = spec.gpus[gpu]
+
+        def at(timeline, default=0.0):
+            return timeline_value(timeline, t) if timeline else default
+
+        def flag(timeline):
+            return float(bool([v for when, v in timeline if when <= t][-1])) if timeline else 0.0
+
+        out[gpu] = {
+            "replays": float(round(at(g.pcie_replays))),
+            "correctable": float(round(at(g.remapped_rows_correctable))),
+            "uncorrectable": float(round(at(g.remapped_rows_uncorrectable))),
+            "pending": flag(g.row_remap_pending),
+            "failure": flag(g.row_remap_failure),
+            "power": at(g.power_violation_seconds),
+            "thermal": at(g.thermal_violation_seconds),
+        }
+    xids = [e for e in spec.events if e.kind == "xid" and e.at <= t]
+    out["last_xid"] = float(xids[-1].xid) if xids else None
+    return out
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def at_250(request):
+    """Both backends polled every 10 s from 200 s to 250 s (the XIDs at 240 s and 250 s are seen)."""
+    return request.param, scrape_at(HEALTH_NODE, request.param, list(range(200, 251, 10)))
+
+
+def test_values_equal_the_scenario(at_250):
+    backend, series = at_250
+    expected = truth(250)
+    for gpu in (0, 1):
+        want = expected[gpu]
+        got = {
+            "replays": value(series, "gpushare_gpu_pcie_replay_errors_total", gpu=str(gpu)),
+            "correctable": value(series, "gpushare_gpu_remapped_rows_total", gpu=str(gpu), kind="correctable"),
+            "uncorrectable": value(series, "gpushare_gpu_remapped_rows_total", gpu=str(gpu), kind="uncorrectable"),
+            "pending": value(series, "gpushare_gpu_row_remap_pending", gpu=str(gpu)),
+            "failure": value(series, "gpushare_gpu_row_remap_failure", gpu=str(gpu)),
+            "power": value(series, "gpushare_gpu_clock_event_duration_seconds_total", gpu=str(gpu), reason="power"),
+            "thermal": value(series, "gpushare_gpu_clock_event_duration_seconds_total", gpu=str(gpu),
+                             reason="thermal"),
+        }
+        assert got == pytest.approx(want), (backend, gpu)
+    assert expected[0]["uncorrectable"] == 1 and expected[0]["pending"] == 1  # the scenario injects them
+    assert value(series, "gpushare_gpu_last_xid", gpu="0") == expected["last_xid"] == 63
+    assert value(series, "gpushare_gpu_last_xid", gpu="1") is None  # no XID there: absent, not 0
+    # PCIe throughput: the scenario's bytes/s, through NVML's KB/s
+    assert value(series, "gpushare_gpu_pcie_receive_bytes_per_second", gpu="0") == 6 * 1024**3
+
+
+def test_boards_without_a_feature_export_no_series(at_250):
+    backend, series = at_250
+    l4, t4 = {"gpu": "2"}, {"gpu": "3"}
+    for family in ("gpushare_gpu_memory_temperature_celsius", "gpushare_gpu_remapped_rows_total",
+                   "gpushare_gpu_row_remap_pending", "gpushare_gpu_row_remap_failure", "gpushare_gpu_nvlink_up",
+                   "gpushare_gpu_nvlink_transmit_bytes_total", "gpushare_gpu_nvlink_errors_total",
+                   "gpushare_gpu_retired_pages_total", "gpushare_gpu_vgpu_license_status"):
+        assert not [k for k in series if k[0] == family and ("gpu", "2") in k[1]], (backend, family, "L4")
+    # T4: page retirement (0 pages), no row remapper, no NVLink
+    assert value(series, "gpushare_gpu_retired_pages_total", cause="double_bit_ecc", **t4) == 0
+    assert value(series, "gpushare_gpu_remapped_rows_total", kind="correctable", **t4) is None
+    assert value(series, "gpushare_gpu_nvlink_up", link="0", **t4) is None
+    # H100 SXM: 18 links up; A100 PCIe: 12 links present, none up (no bridge)
+    links = {gpu: [v for (n, ls), v in series.items() if n == "gpushare_gpu_nvlink_up" and ("gpu", gpu) in ls]
+             for gpu in ("0", "1")}
+    assert links == {"0": [1.0] * 18, "1": [0.0] * 12}
+    assert value(series, "gpushare_gpu_memory_temperature_celsius", **l4) is None
+    assert value(series, "gpushare_gpu_memory_temperature_celsius", gpu="0") is not None
+    assert value(series, "gpushare_gpu_retired_pages_total", cause="single_bit_ecc", gpu="0") is None  # Hopper
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mig_with_instances_has_no_remapped_rows(backend):
+    """NVML: remapped rows NotSupported while MIG has instances (header); DCGM blanks them alike."""
+    series = scrape_at(SCENARIOS / "h200-mig.yaml", backend, [88, 89, 90])
+    assert not [k for k in series if k[0] == "gpushare_gpu_remapped_rows_total"]
+    assert value(series, "gpushare_gpu_memory_temperature_celsius", gpu="0") is not None
+
+
+def test_nvlink_counters_are_read_once_a_minute_and_remaps_every_poll():
+    """NVLink states and error counters (4 calls per link) are read on the first poll and then
+    once a minute (docs/metrics.md); remapped rows every poll, so the rows remapped at 2m show
+    at once."""
+    counts, rows = [], []
+    with Run(HEALTH_NODE, "nvml", interval=10.0) as run:
+        for t in (100, 150, 161):
+            series = run.poll(t)
+            counts.append(run.backend.nvml.caller.calls_by_name["nvmlDeviceGetNvLinkErrorCounter"])
+            rows.append(value(series, "gpushare_gpu_remapped_rows_total", gpu="0", kind="correctable"))
+    per_read = 4 * (18 + 12)  # H100 SXM5 and A100 PCIe links; the L4 and T4 have none
+    assert counts == [per_read, per_read, 2 * per_read]
+    assert rows == [0, 2, 2]
+
+
+def test_a_lost_gpu_keeps_its_last_xid():
+    """faults-demo: XID 31 on GPU 0 at 3m, GPU 0 lost at 8m: up=0 and its last XID, nothing else."""
+    with Run(SCENARIOS / "faults-demo.yaml", "nvml", interval=5.0) as run:
+        for t in (170, 185, 490):
+            series = run.poll(t)
+    assert value(series, "gpushare_gpu_up", gpu="0") == 0
+    assert value(series, "gpushare_gpu_last_xid", gpu="0") == 31
+    assert value(series, "gpushare_gpu_last_xid_timestamp_seconds", gpu="0") is not None
+    assert value(series, "gpushare_gpu_memory_temperature_celsius", gpu="0") is None
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"row_remap_pending": [["0s", 0], ["1m", 2]]}, r"row_remap_pending\[1\]\[1\]: must be 0 or 1"),
+    ({"pcie_replays": [["0s", 5], ["1m", 2]]}, r"pcie_replays"),
+    ({"power_violation_seconds": -1}, r"power_violation_seconds"),
+])
+def test_bad_health_keys_are_one_line(tmp_path, bad, message):
+    path = write_scenario(tmp_path, {"name": "bad", "duration": "5m", "gpus": [{"model": "H100-80GB", **bad}]})
+    with pytest.raises(UserError, match=message) as info:
+        load_scenario(path)
+    assert "\n" not in str(info.value)
+
+
+def test_embedded_engine_rides_through_a_version_mismatch(tmp_path, caplog):
+    """docs/scenarios.md: embedded engines are not affected by version_mismatch: no reconnect,
+    no warning, DCGM available throughout."""
+    path = write_scenario(tmp_path, {
+        "name": "vm", "duration": "5m", "gpus": [{"model": "A100-80GB"}],
+        "processes": [{"pid": 1, "cmdline": "python a.py", "gpu": 0, "memory": "1GiB", "sm_active": 0.5}],
+        "dcgm": {"faults": [{"kind": "version_mismatch", "at": "1m", "until": "2m"}]}})
+    caplog.set_level(logging.INFO, logger="exporter.backend")
+    with Run(path, "dcgm", interval=5.0) as run:
+        for t in range(0, 180, 5):
+            series = run.poll(t)
+            assert value(series, "gpushare_exporter_source_available", source="dcgm") == 1, t
+    connects = [r for r in caplog.records if r.getMessage().startswith("connected to")]
+    assert len(connects) == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "dcgm" in r.getMessage()]
+
+
+@pytest.mark.parametrize("options, period", [
+    (DcgmOptions(interval=1.0), 1.0),  # embedded: the exporter is the only client
+    (DcgmOptions(interval=1.0, address=NV_HOSTENGINE), 5.0),  # shared: not every second for everyone
+    (DcgmOptions(interval=30.0, address=NV_HOSTENGINE), 30.0),
+    (DcgmOptions(interval=1.0, address=NV_HOSTENGINE, update_interval=2.0), 2.0),
+    (DcgmOptions(interval=1.0, update_interval=0.01), 0.1),  # DCGM's floor
+])
+def test_update_interval_asked_of_dcgm(options, period):
+    assert options.watch_interval() == period
+
+
+def test_shared_engine_watches_at_the_update_interval(tmp_path):
+    """What the simulated nv-hostengine is asked: every watch at the derived period, not 1 s."""
+    path = write_scenario(tmp_path, {"name": "w", "duration": "5m", "gpus": [{"model": "A100-80GB"}]})
+    with Run(path, "dcgm", address=NV_HOSTENGINE, interval=1.0) as run:
+        run.poll(0)
+        run.poll(1)
+        engine = run.backend.dcgm_lib._impl._standalone
+        periods = {seconds for seconds, _ in engine.watches.values()}
+    assert periods == {5.0}
+
+
+def test_narrowed_profiling_is_one_line_for_several_gpus(tmp_path, monkeypatch, caplog):
+    """Two A100s that cannot collect the eight profiling fields in one pass (-38): one warning
+    naming both GPUs, not one per GPU."""
+    from exporter.sim.fakedcgm import hostwatch
+
+    original = hostwatch.WatchCalls._profiling_watch_status
+    monkeypatch.setattr(hostwatch.WatchCalls, "_profiling_watch_status",
+                        lambda self, gpu, profiling: -38 if len(profiling) > 4 else original(self, gpu, profiling))
+    path = write_scenario(tmp_path, {"name": "two", "duration": "5m",
+                                     "gpus": [{"model": "A100-80GB"}, {"model": "A100-80GB"}]})
+    caplog.set_level(logging.WARNING, logger="exporter.backend")
+    scrape_at(path, "dcgm", [0, 5, 10], interval=5.0)
+    lines = [r.getMessage() for r in caplog.records if "(-38)" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("GPUs 0, 1: ")
