@@ -234,3 +234,29 @@ def test_bad_compat_listen_is_a_one_line_error(capsys, value):
 
     code, _, err = run_main(capsys, "serve", "--compat-listen", value)
     assert code == 2 and "--compat-listen" in err and err.count("\n") == 1, err
+
+
+def test_nvlink_bandwidth_is_the_byte_counters_rate_in_mb_per_second(rendered):
+    """TX + RX data bytes of every link between two polls, per second, / 1e6; absent on the first
+    poll and when a counter goes back (driver reload), never a made-up 0."""
+    import dataclasses
+
+    _, snapshot, _ = rendered
+    gpu = snapshot.gpus[1]
+    assert gpu.health.nvlinks, "the H100 SXM reports its NVLinks"
+
+    def at(t: float, per_link: int):
+        links = tuple(dataclasses.replace(link, tx_bytes=per_link, rx_bytes=2 * per_link) for link in gpu.health.nvlinks)
+        changed = dataclasses.replace(gpu, health=dataclasses.replace(gpu.health, nvlinks=links))
+        return dataclasses.replace(snapshot, timestamp=t, gpus=(changed,))
+
+    def bandwidth(output, snap):
+        lines = [v for n, labels, v in lines_of(output.render(snap).decode()) if n == "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"]
+        return lines[0] if lines else None
+
+    output = DcgmExporterOutput("node-a")
+    links = len(gpu.health.nvlinks)
+    assert bandwidth(output, at(1000.0, 10**9)) is None
+    assert bandwidth(output, at(1010.0, 2 * 10**9)) == str(round(links * 3 * 10**9 / 10 / 1e6))
+    assert bandwidth(output, at(1020.0, 10**6)) is None  # went back: a driver reload
+    assert bandwidth(output, at(1030.0, 10**6)) == "0"
