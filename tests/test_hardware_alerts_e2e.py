@@ -123,3 +123,42 @@ def test_the_same_node_without_faults_fires_nothing(tmp_path, backend, promtool)
     series = served_series(healthy, backend)
     result = promtool_check(tmp_path, series, {at: {} for at in ("3m", "6m30s", "9m30s", "10m")})
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.e2e
+def test_a_real_prometheus_fires_the_instant_alerts_and_nothing_on_the_healthy_node(tmp_path, promtool):
+    """The same faults through `exporter serve` and Debian's Prometheus evaluating the shipped rules:
+    the alerts without a `for:` (remap failure, uncorrectable rows, hardware XIDs) fire on the
+    faulty node's GPUs while the scenario runs at 10x; the healthy copy fires none of these groups'
+    alerts over the same virtual time."""
+    import time
+
+    from tests.promstack import Exporter, Prometheus
+
+    data = yaml.safe_load((SCENARIOS / "health-node.yaml").read_text())
+    for gpu in data["gpus"]:
+        for key in FAULT_KEYS:
+            gpu.pop(key, None)
+    data.pop("events", None)
+    healthy = write_scenario(tmp_path, data, "healthy-node.yaml")
+    names = "|".join(_alert_names())
+    faulty_exporter = Exporter(SCENARIOS / "health-node.yaml", speed=10, interval=0.5)
+    healthy_exporter = Exporter(healthy, speed=10, interval=0.5)
+    try:
+        rules = [REPO / "alerts" / name for name in ALERT_FILES]
+        with Prometheus({"faulty": [faulty_exporter.target], "healthy": [healthy_exporter.target]},
+                        rule_files=rules) as prom:
+            want = {("GpuRowRemapFailure", "1"), ("GpuUncorrectableRowsRemapped", "0"), ("GpuXidHardwareError", "0")}
+            firing: set = set()
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline and not want <= firing:
+                firing = {(s["metric"]["alertname"], s["metric"].get("gpu", ""))
+                          for s in prom.query(f'ALERTS{{alertstate="firing",job="faulty",alertname=~"{names}"}}')}
+                time.sleep(1)
+            assert want <= firing, firing
+            assert len(prom.query('gpushare_gpu_info{job="healthy"}')) == 4  # scraped all along
+            quiet = prom.query_range(f'ALERTS{{job="healthy",alertname=~"{names}"}}', time.time() - 80, time.time())
+            assert quiet == [], quiet
+    finally:
+        faulty_exporter.stop()
+        healthy_exporter.stop()
