@@ -49,6 +49,14 @@ EAGER_COUNTERS = {
     "gpushare_exporter_http_rejected_total": "every reason is exported from the start, at 0",
     "gpushare_suspected_oom_kills_total": "both predicted values at 0 from the first poll that reads a GPU",
     "gpushare_memory_contention_warnings_total": "both outcomes at 0 from the first poll that reads a GPU",
+    # GPU health (issue 21): driver totals, present from the first poll of a board that reports them
+    "gpushare_gpu_pcie_replay_errors_total": "read from the driver: since driver load, present every poll",
+    "gpushare_gpu_nvlink_transmit_bytes_total": "read from the driver: since driver load, present every poll",
+    "gpushare_gpu_nvlink_receive_bytes_total": "read from the driver: since driver load, present every poll",
+    "gpushare_gpu_nvlink_errors_total": "read from the driver (once a minute, kept between), every type at 0 up",
+    "gpushare_gpu_remapped_rows_total": "read from the driver: the board's life total, both kinds every poll",
+    "gpushare_gpu_retired_pages_total": "read from the driver: the board's life total, both causes every poll",
+    "gpushare_gpu_clock_event_duration_seconds_total": "read from the driver: since driver load, every policy",
 }
 # Counters summed over time where missing one poll at a series' birth is a bounded, documented
 # error: rate() of them (a per-second average) is accepted; increase() must still count the birth.

@@ -206,3 +206,41 @@ def test_dcgm_section_defaults(tmp_path):
     scenario = load_scenario(write_scenario(tmp_path, {"name": "d", "gpus": [{"model": "A30"}], "dcgm": {}}))
     assert scenario.dcgm == DcgmSpec()
     assert load_scenario(write_scenario(tmp_path, {"name": "n", "gpus": [{"model": "A30"}]}, "n.yaml")).dcgm is None
+
+
+HEALTH_FIELDS = [140, 202, 206, 207, *range(240, 246), 390, 391, 392, 393, 394, 395, 396]
+
+
+def test_health_fields_per_gpu_and_per_gpu_instance(engine):
+    """Issue 21's fields: served on GPU entities; asked on a GPU instance, DCGM remaps a GPU-level
+    field to the parent GPU (the same value). Retired pages are blank on Ampere (row remapping
+    instead); remapped rows are blank while MIG has instances (as NVML answers NotSupported)."""
+    sim, _, handle = engine
+    hierarchy = B.agent.dcgmGetGpuInstanceHierarchy(handle)
+    gi_entity = next(hierarchy.entityList[n].entity.entityId for n in range(hierarchy.count)
+                     if hierarchy.entityList[n].entity.entityGroupId == B.fields.DCGM_FE_GPU_I)
+    pairs = []
+    for group, entity in ((B.fields.DCGM_FE_GPU, 3), (B.fields.DCGM_FE_GPU_I, gi_entity), (B.fields.DCGM_FE_GPU, 1)):
+        pair = B.structs.c_dcgmGroupEntityPair_t()
+        pair.entityGroupId, pair.entityId = group, entity
+        pairs.append(pair)
+    group = B.agent.dcgmGroupCreate(handle, B.structs.DCGM_GROUP_EMPTY, "h")
+    for pair in pairs:
+        B.agent.dcgmGroupAddEntity(handle, group, pair.entityGroupId, pair.entityId)
+    B.agent.dcgmWatchFields(handle, group, B.agent.dcgmFieldGroupCreate(handle, HEALTH_FIELDS, "hf"),
+                            1_000_000, 10.0, 2)
+    B.agent.dcgmUpdateAllFields(handle, 1)
+    got: dict = {}
+    for fv in B.agent.dcgmEntitiesGetLatestValues(handle, pairs, HEALTH_FIELDS, 0):
+        got[(fv.entityGroupId, fv.entityId, fv.fieldId)] = decode(B, fv).value
+    a100 = {fid: got[(B.fields.DCGM_FE_GPU, 3, fid)] for fid in HEALTH_FIELDS}
+    on_gi = {fid: got[(B.fields.DCGM_FE_GPU_I, gi_entity, fid)] for fid in HEALTH_FIELDS}
+    a30 = {fid: got[(B.fields.DCGM_FE_GPU, 1, fid)] for fid in HEALTH_FIELDS}
+    assert on_gi == a100  # remapped to the parent
+    expected_temp = round(sim.engine.telemetry.temperature_c(0, sim.time)) + 8
+    assert a100[140] == expected_temp and a100[202] == 0 and a100[240] == 0
+    assert a100[206] is None and a100[207] is None  # media engines: NotSupported with MIG on
+    assert [a100[f] for f in (390, 391, 392)] == [None] * 3  # Ampere retires no pages
+    assert [a100[f] for f in (393, 394, 395, 396)] == [None] * 4  # MIG with instances
+    assert [a30[f] for f in (393, 394, 395, 396)] == [0] * 4  # HBM2, MIG off: a row remapper
+    assert a30[206] == 0 and a30[390] is None

@@ -186,6 +186,7 @@ class HealthReader:
             corrected, uncorrected, pending, failure = rows
             out["remapped_rows"] = {"correctable": int(corrected), "uncorrectable": int(uncorrected)}
             out["row_remap_pending"], out["row_remap_failure"] = bool(pending), bool(failure)
+            return out  # a board with a row remapper retires no pages: no call, no warning
         retired = {}
         for key, const in (("single_bit_ecc", "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS"),
                            ("double_bit_ecc", "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR")):

@@ -180,7 +180,10 @@ class WatchCalls:
     def _sample(self, fid: int, gpu: int, inst, window, previous: Sample) -> Sample:
         fd, now = fieldtable.FIELDS[fid], self.now
         if inst is not None and fd.level == fieldtable.GPU:
-            return Sample(now, blank=NOT_SUPPORTED_BLANK)  # a GPU-level field read on a GPU instance
+            # A GPU-level field asked on a GPU instance is remapped to the parent GPU: the
+            # device's value, repeated per instance (DcgmCacheManager.cpp "DCGM_FE_GPU_I or
+            # DCGM_FE_GPU_CI - remap to parent GPU", shared/reference/nvml_facts.md).
+            inst = None
         failed = self._nvml_fault(fid, gpu)
         if failed is not None:
             return failed
