@@ -40,7 +40,8 @@ SCENARIO = {
         {"pid": 32, "cmdline": "python ocr.py", "gpu": 2, "mig": 1, "memory": "4GiB", "sm_active": 0.3,
          "pod": {"namespace": "vision", "name": "ocr-0", "container": "ocr"}},
     ],
-    "dcgm": {"version": "4.6.0"},
+    # DCGM numbers these GPUs its own way: the gpu label must be DCGM's gpuId under --backend dcgm.
+    "dcgm": {"version": "4.6.0", "gpu_ids": [2, 0, 1]},
 }
 
 
@@ -116,8 +117,8 @@ def test_labels_in_dcgm_exporters_order(rendered):
         assert values["device"] == f"nvidia{values['gpu']}"
         assert values["hostname"] == "node-a" and values[DRIVER_VERSION_LABEL] == snapshot.driver_version
     gpu_ids = {gpu.uuid: gpu.dcgm_gpu_id for gpu in snapshot.gpus}
-    if backend == "dcgm":
-        assert all(v is not None for v in gpu_ids.values())  # the gpu label is DCGM's gpuId
+    if backend == "dcgm":  # the gpu label is DCGM's gpuId, not the NVML index
+        assert [gpu.dcgm_gpu_id for gpu in snapshot.gpus] == SCENARIO["dcgm"]["gpu_ids"]
     else:
         assert all(v is None for v in gpu_ids.values())
     for name, labels, _ in lines_of(text):

@@ -102,8 +102,10 @@ def test_every_default_counter_is_stored_under_its_name_labels_and_type(stack):
     xid = prom.query('DCGM_FI_DEV_XID_ERRORS')
     assert {(s["metric"]["err_code"], s["metric"]["err_msg"], s["value"][1]) for s in xid} == \
         {("13", "Graphics Engine Exception", "13")}
-    if backend == "dcgm":  # the gpu label is DCGM's gpuId, device nvidia<gpuId>
-        assert all(s["metric"]["device"] == "nvidia" + s["metric"]["gpu"] for s in clock)
+    assert all(s["metric"]["device"] == "nvidia" + s["metric"]["gpu"] for s in clock)
+    # The second GPU (NVML index 1) is DCGM's gpuId 0 in this scenario (dcgm.gpu_ids).
+    (lone,) = prom.query('DCGM_FI_DEV_GPU_TEMP{pod="train-0"}')
+    assert lone["metric"]["gpu"] == ("0" if backend == "dcgm" else "1")
 
 
 def test_per_pod_series_on_a_shared_gpu_are_the_pods_own(stack):
