@@ -13,8 +13,7 @@ from exporter import commands
 from exporter.collectors.forecast import ForecastCollector
 from exporter.collectors.http import HttpCollector
 from exporter.compat.dcgm_exporter import DcgmExporterOutput
-from exporter.compat.listener import CompatView
-from exporter.config import parse_listen
+from exporter.compat.listener import start_compat_server
 from exporter.errors import NoGpuError, UserError
 from exporter.foresight.state import Foresight
 from exporter.logging_setup import configure_logging
@@ -119,11 +118,8 @@ async def _serve(poller: Poller, host: str, port: int, listen: str, web_config: 
         if compat is not None:
             # Same web config (TLS, auth) and limits as the main listener.
             output, compat_listen = compat
-            compat_host, compat_port = parse_listen(compat_listen)
             try:
-                servers.append(await start_server(CompatView(poller, output), compat_host, compat_port,
-                                                  web_config=web_config, limits=limits,
-                                                  stats=web_config.stats if web_config is not None else None))
+                servers.append(await start_compat_server(poller, output, compat_listen, web_config, limits))
             except OSError as exc:
                 await server.close()
                 raise UserError(f"--compat-listen {compat_listen}: cannot listen: {exc.strerror or exc}") from None

@@ -6,7 +6,11 @@ from __future__ import annotations
 import gzip
 
 from exporter.compat.dcgm_exporter import CONTENT_TYPE, DcgmExporterOutput
+from exporter.config import parse_listen
 from exporter.poller import Health, Poller
+from exporter.server import Server, start_server
+from exporter.web.guard import HttpLimits
+from exporter.web.live import LiveWebConfig
 
 
 class CompatExposition:
@@ -74,3 +78,13 @@ class CompatView:
 
     def health(self) -> Health:
         return self._poller.health()
+
+
+async def start_compat_server(poller: Poller, output: DcgmExporterOutput, listen: str,
+                              web_config: LiveWebConfig | None = None, limits: HttpLimits | None = None) -> Server:
+    """The --compat-listen listener: the main listener's web config (TLS, client certificates,
+    basic auth, headers, rate limit) and limits, in front of the dcgm-exporter output.
+    OSError when the address cannot be bound (the caller names the flag)."""
+    host, port = parse_listen(listen)
+    return await start_server(CompatView(poller, output), host, port, web_config=web_config, limits=limits,
+                              stats=web_config.stats if web_config is not None else None)
