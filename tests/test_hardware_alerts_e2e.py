@@ -87,7 +87,8 @@ def promtool_check(tmp_path: Path, series: dict[str, list[str]], expected: dict[
         "promql_expr_test": [
             {"expr": f'count by (alertname, gpu) (ALERTS{{alertstate="firing",alertname=~"{names}"}})',
              "eval_time": at,
-             "exp_samples": [{"labels": f'{{alertname="{alert}",gpu="{gpu}"}}', "value": count}
+             "exp_samples": [{"labels": f'{{alertname="{alert}"' + (f',gpu="{gpu}"' if gpu else "") + "}",
+                              "value": count}
                              for (alert, gpu), count in sorted(firing.items())]}
             for at, firing in expected.items()],
     }]
@@ -162,3 +163,17 @@ def test_a_real_prometheus_fires_the_instant_alerts_and_nothing_on_the_healthy_n
     finally:
         faulty_exporter.stop()
         healthy_exporter.stop()
+
+
+@pytest.mark.parametrize("backend", ["nvml", "dcgm"])
+def test_a_gpu_that_leaves_the_bus_is_lost_then_vanished(tmp_path, backend, promtool):
+    """GPU 1 is hot-removed at 2m: the exporter reads it as lost for three polls, then re-enumerates
+    without it, so GpuLost (for 1m) never fires and the GPU is simply gone from the scrape:
+    GpuVanished (by UUID) pages 2 minutes later, and keeps paging."""
+    data = {"name": "vanish", "duration": "10m", "gpus": [{"model": "H100-80GB"}, {"model": "H100-80GB"}],
+            "processes": [{"pid": 1, "cmdline": "python a.py", "gpu": 0, "memory": "1GiB"}],
+            "events": [{"at": "2m", "gpu_removed": {"gpu": 1}}]}
+    series = served_series(write_scenario(tmp_path, data, "vanish.yaml"), backend)
+    result = promtool_check(tmp_path, series, {"1m": {}, "4m": {}, "6m": {("GpuVanished", ""): 1},
+                                               "9m": {("GpuVanished", ""): 1}})
+    assert result.returncode == 0, result.stdout + result.stderr
