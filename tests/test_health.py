@@ -198,3 +198,16 @@ def test_narrowed_profiling_is_one_line_for_several_gpus(tmp_path, monkeypatch, 
     scrape_at(path, "dcgm", [0, 5, 10], interval=5.0)
     lines = [r.getMessage() for r in caplog.records if "(-38)" in r.getMessage()]
     assert len(lines) == 1 and lines[0].startswith("GPUs 0, 1: ")
+
+
+def test_last_xid_is_stamped_with_the_poll_that_saw_it():
+    """NVML events carry no time: the XID is stamped with the host clock of the drain that found
+    it (in simulation the simulated host's clock: boot time + virtual time)."""
+    with Run(HEALTH_NODE, "nvml", interval=5.0) as run:
+        run.poll(235)
+        run.poll(245)  # XID 48 at 4m
+        series = run.poll(255)  # XID 63 at 4m10s
+        epoch = run.snapshot.simulation.epoch
+    assert value(series, "gpushare_gpu_last_xid", gpu="0") == 63
+    assert value(series, "gpushare_gpu_last_xid_timestamp_seconds", gpu="0") == epoch + 255
+    assert value(series, "gpushare_gpu_xid_errors_total", gpu="0", xid="48") == 1  # the per-code counter stays

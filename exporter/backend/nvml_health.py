@@ -151,8 +151,9 @@ class HealthReader:
         out: dict = {}
         if mig_mode:
             return out  # the media engines belong to GPU instances under MIG: NotSupported here
-        for key, fn in () if not utilization else (("encoder_utilization_ratio", "nvmlDeviceGetEncoderUtilization"),
-                        ("decoder_utilization_ratio", "nvmlDeviceGetDecoderUtilization")):
+        engines = (("encoder_utilization_ratio", "nvmlDeviceGetEncoderUtilization"),
+                   ("decoder_utilization_ratio", "nvmlDeviceGetDecoderUtilization"))
+        for key, fn in engines if utilization else ():  # DCGM supplies them (fields 206, 207)
             util = ctx.get("gpu", fn, h)
             if util is not None:
                 out[key] = util[0] / 100.0
