@@ -121,9 +121,27 @@ def test_monitors_keep_the_workloads_labels_and_name_the_node(kind, key, values)
     pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     if kind == "ServiceMonitor":
-        (service,) = [o for o in objects if o["kind"] == "Service"]
-        assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+        # exactly one Service is selected: the dcgm-exporter-compatible one (compat.port) is not
+        services = [o for o in objects if o["kind"] == "Service"]
+        assert len(services) == 2
+        (service,) = [s for s in services
+                      if monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]
         assert service["spec"]["selector"].items() <= pod_labels.items()
+
+
+def test_compat_port_follows_its_values():
+    """dcgm-exporter's output: on by default at 9400, moved or switched off by values."""
+    def ports(values):
+        objects = helm_template(values)
+        daemonset, _, _ = daemonset_of(objects)
+        (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+        args = [a for a in container["args"] if a.startswith("--compat-listen")]
+        services = sorted(o["metadata"]["name"] for o in objects if o["kind"] == "Service")
+        return args, [p["containerPort"] for p in container["ports"]], services
+
+    assert ports({}) == (["--compat-listen=:9400"], [18474, 9400], ["gpushare-exporter", "gpushare-exporter-dcgm"])
+    assert ports({"compat": {"port": 9401}})[:2] == (["--compat-listen=:9401"], [18474, 9401])
+    assert ports({"compat": {"enabled": False}}) == ([], [18474], ["gpushare-exporter"])
 
 
 @pytest.mark.parametrize("values,message", [
