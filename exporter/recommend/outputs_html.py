@@ -11,7 +11,7 @@ from __future__ import annotations
 from html import escape
 
 from exporter import catalog
-from exporter.recommend.mps import MpsAdvice
+from exporter.recommend.mps import MpsAdvice, size_text
 from exporter.recommend.mps_pack import gpus_needed
 from exporter.recommend.outputs_migparted import label_safe
 from exporter.recommend.outputs_text import basis_lines, duration, gib, plural
@@ -44,8 +44,11 @@ def _advice(a: MpsAdvice) -> str:
     )
     reasons = "".join(f"<li>{escape(r)}</li>" for r in a.reasons)
     return (f"<h3>{escape(a.device)}: {escape(a.verdict)}</h3>"
-            f"<p class='k'>peaks added up {gib(a.sum_of_peaks_bytes)}; at most {gib(a.together_bytes)} at one time, "
-            f"of {gib(a.capacity_bytes)}; any {a.max_concurrency} clients at once are safe</p>{stagger_svg(a)}"
+            f"<p class='k'>limits {gib(a.limits_sum_bytes)} in all; at most {gib(a.together_bytes)} and "
+            f"{plural(a.clients_at_once, 'client')} at one time; with contexts {gib(a.footprint_bytes)} of "
+            f"{gib(a.usable_bytes)} usable"
+            + ("" if a.room_left_bytes is None else f", {size_text(a.room_left_bytes)} left")
+            + f"; any {a.max_concurrency} clients at once are safe</p>{stagger_svg(a)}"
             "<table><tr><th>client</th><th>CUDA_MPS_PINNED_DEVICE_MEM_LIMIT</th>"
             f"<th>CUDA_MPS_ACTIVE_THREAD_PERCENTAGE</th><th>start offset</th></tr>{rows}</table>"
             f"<ul>{reasons}</ul>")

@@ -53,6 +53,13 @@ def _mig_devices(gpu: GpuPlan) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def layout_text(gpu: GpuPlan) -> str:
+    """'MIG 3g.40gb + 2x1g.10gb' or 'MIG off': a layout described, never a config name."""
+    if not gpu.mig_enabled:
+        return "MIG off"
+    return "MIG " + " + ".join(p if n == 1 else f"{n}x{p}" for p, n in _mig_devices(gpu).items())
+
+
 def _layout_key(gpu: GpuPlan) -> tuple:
     return (gpu.mig_enabled, tuple(_mig_devices(gpu).items()) if gpu.mig_enabled else ())
 
@@ -99,7 +106,9 @@ def build(rec: Recommendation) -> tuple[dict, list[str]]:
             _entry(gs[0], sorted(x.index for x in gs), device_ids(gs[0].model))
             for _, gs in sorted(groups.items(), key=lambda kv: min(x.index for x in kv[1]))
         ]
-        changes = ", ".join(f"gpu{g.index} {g.change} {g.config}" for g in sorted(per_node[node], key=lambda g: g.index))
+        # The layout in words, not a config name: only the configs this file defines are named.
+        changes = ", ".join(f"gpu{g.index} {g.change} {layout_text(g)}"
+                            for g in sorted(per_node[node], key=lambda g: g.index))
         comments.append(f"{node}: label nvidia.com/mig.config={name}  ({changes})")
         released = sorted(g.index for g in per_node[node] if g.change == "release")
         if released:

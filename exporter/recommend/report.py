@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 from exporter import __version__, catalog
 from exporter.catalog import MIB, GpuModel
@@ -17,6 +18,9 @@ from exporter.recommend.slots import FULL, ModelSlots, model_slots
 
 GIB = 2**30
 GROUP = "group:"
+# GPUs per node when the fleet does not say: the 8-GPU HGX / DGX boards A100, H100, H200 and B200
+# ship on. A model-parallel instance wider than a node spans nodes.
+DEFAULT_GPUS_PER_NODE = 8
 
 
 def group_by_model(demand: Demand) -> dict[str, list[Workload]]:
@@ -76,9 +80,13 @@ def shared_advice(s: SharedDevice, demand: Demand) -> mps.MpsAdvice:
     if s.counts is not None:
         alive = {n: c for n, c in s.counts.items() if n in by_name}
         clients = [(by_name[n], int(c.max())) for n, c in sorted(alive.items())]
-        # peaks without margins: the margin sizes each client's own limit, not what fits together
-        total = sum((by_name[n].peak_memory_bytes * c for n, c in alive.items()), 0)
-        together = int(total.max()) if alive else 0
+        # time-resolved: the limits (peak + margin) and contexts of the instances alive at each point
+        limits = sum((mps.limit_mib(by_name[n]) * MIB * c for n, c in alive.items()), 0)
+        count = sum((c for c in alive.values()), 0)
+        if alive:
+            return mps.advise(s.key, catalog.MODELS[s.model], s.capacity_bytes, s.sms, clients,
+                              together=int(limits.max()), at_once=int(count.max()),
+                              footprint=int((limits + count * mps.CONTEXT_BYTES).max()))
     else:
         clients = [(by_name[n], 1) for n in s.workloads if n in by_name]
     return mps.advise(s.key, catalog.MODELS[s.model], s.capacity_bytes, s.sms, clients, together=together)
@@ -135,10 +143,27 @@ def _instances(ms: ModelSlots, pg: planner.PlannedGpu, names: dict, groups: dict
             need, members, label = g.need_mib * MIB, tuple(sorted(g.members)), f"as now: {g.key}"
         elif who:
             w = names[_base_name(who)]
-            need = w.memory_need_bytes if " of " not in who else min(mem, w.memory_need_bytes)
+            parts = _parts(who)  # a model-parallel instance: an even share on each of its GPUs
+            need = -(-w.memory_need_bytes // parts)
             short = max(0, w.sms_on(model) - sms)
         out.append(InstancePlan(profile, start, msl, cs, mem, sms, label, need, short, members))
     return tuple(out)
+
+
+def _parts(label: str) -> int:
+    """GPUs of the instance an occupant label is part of ('big #2 (3 of 26 GPUs)' -> 26), else 1."""
+    if label.endswith(" GPUs)") and " of " in label:
+        return int(label[label.rindex(" of ") + 4:-len(" GPUs)")])
+    return 1
+
+
+def gpus_per_node(demand: Demand, model: str) -> tuple[int, str]:
+    """(GPUs per node, where that number comes from): the fleet's largest node of the model, else
+    DEFAULT_GPUS_PER_NODE."""
+    per_node = Counter(g.node for g in demand.gpus if g.model == model)
+    if per_node:
+        return max(per_node.values()), "the fleet's largest node"
+    return DEFAULT_GPUS_PER_NODE, "an 8-GPU HGX node assumed"
 
 
 def _base_name(label: str) -> str:
@@ -187,6 +212,9 @@ def plan_for_model(model: GpuModel, workloads: list[Workload], demand: Demand) -
     mig_off = sum(1 for pg in solution.gpus if pg.pattern[ms.full])
     homog, tried, greedy = _baselines(ms, items)
     alternative = tuple(mps_pack.pack(model, workloads, points)) if sum(w.count for w in workloads) > 1 else ()
+    per_node, per_node_basis = gpus_per_node(demand, model.key)
+    alternative = tuple(replace(a, reasons=a.reasons + (spans(a.gpus, per_node, per_node_basis),))
+                        if a.gpus > per_node else a for a in alternative)
     peak = demand.grid.times[solution.peak_index] if demand.grid is not None and demand.grid.times else None
     table = _workload_table(items, solution, names, groups, solution.peak_index)
     plan = ModelPlan(
@@ -197,10 +225,15 @@ def plan_for_model(model: GpuModel, workloads: list[Workload], demand: Demand) -
         stranded_bytes=sum(g.stranded_bytes for g in placed if g.change != "release"),
         shortfall_sms=solution.shortfall_sms, homogeneous=homog, homogeneous_tried=tuple(tried),
         greedy=greedy, mps=alternative, gpus=tuple(placed), solve_seconds=solution.solve_seconds,
-        time_rows=solution.rows, patterns=solution.patterns, peak_moment=peak, reasons=())
-    from dataclasses import replace
+        time_rows=solution.rows, patterns=solution.patterns, peak_moment=peak, reasons=(), gpus_per_node=per_node)
+    return replace(plan, reasons=tuple(_reasons(model, plan, workloads, (per_node, per_node_basis), shared_by_key)))
 
-    return replace(plan, reasons=tuple(_reasons(model, plan, workloads)))
+
+def spans(gpus: int, per_node: int, basis: str) -> str:
+    """The word a model-parallel instance wider than a node needs."""
+    nodes = -(-gpus // per_node)
+    return (f"spans {nodes} nodes ({gpus} GPUs, {per_node} per node: {basis}): model parallelism across "
+            "nodes needs a multi-node launcher and an inter-node fabric; each GPU holds an even share")
 
 
 def _homes(placed, names: dict[str, Workload], shared: dict[str, SharedDevice]) -> dict[str, set]:
@@ -266,7 +299,8 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-def _reasons(model: GpuModel, p: ModelPlan, workloads: list[Workload]) -> list[str]:
+def _reasons(model: GpuModel, p: ModelPlan, workloads: list[Workload], node: tuple[int, str],
+             shared: dict[str, SharedDevice]) -> list[str]:
     out = []
     peaks = sum(w.count for w in workloads)
     proof = "optimal" if p.optimal else "not proven optimal"
@@ -284,8 +318,11 @@ def _reasons(model: GpuModel, p: ModelPlan, workloads: list[Workload]) -> list[s
             out.append(f"{w.name} needs {w.need_bytes / GIB:.1f} GiB, more than one {model.key} "
                        f"({model.memory_capacity_bytes / GIB:.1f} GiB): {w.gpus_per_instance} GPUs per instance "
                        "with model parallelism" + (f", or one {' / '.join(bigger)}" if bigger else ""))
+            if w.gpus_per_instance > node[0]:
+                out.append(f"{w.name}: " + spans(w.gpus_per_instance, *node))
     if p.groups_kept:
         out.append("kept sharing as now (MPS / time-slicing): " + ", ".join(p.groups_kept))
+        out += [line for key in p.groups_kept if (line := _moved_group(key, p, shared.get(key)))]
     if p.homogeneous.gpus is not None and model.mig_capable:
         out.append(f"best single configuration {p.homogeneous.name}: {_plural(p.homogeneous.gpus, 'GPU')}; "
                    f"greedy first-fit: {_plural(p.greedy.gpus, 'GPU')}")
@@ -298,3 +335,22 @@ def _reasons(model: GpuModel, p: ModelPlan, workloads: list[Workload]) -> list[s
                    + (f" ({staggered} need staggered starts)" if staggered else "")
                    + "; MPS has no memory isolation and one client's fault ends all on the GPU")
     return out
+
+
+def _moved_group(key: str, p: ModelPlan, s: SharedDevice | None) -> str:
+    """What a kept group must do when its planned slot differs from the device it shares now."""
+    slot = next((i.profile for g in p.gpus for i in g.instances if i.workload == f"as now: {key}"), None)
+    if s is None or slot is None:
+        return ""
+    home = (s.profile or FULL).removesuffix("+me")
+    if slot == home:
+        return ""
+    now = "a whole GPU" if home == FULL else f"a MIG {home} instance"
+    there = "a whole GPU (MIG off)" if slot == FULL else f"a MIG {slot} instance"
+    if not s.mps:
+        return f"{key}: time-sliced on {now} now, planned in {there}: time-slicing continues there"
+    if slot == FULL:
+        return f"{key}: MPS on {now} now, planned on {there}: MPS runs on the whole GPU"
+    return (f"{key}: MPS on {now} now, planned in {there}: MPS must then run inside that instance (one MPS "
+            "control daemon per MIG device, its own CUDA_MPS_PIPE_DIRECTORY); the device plugin's MPS sharing "
+            "does not support MIG devices, so start the daemon in the instance yourself or time-slice it")

@@ -75,6 +75,7 @@ class ModelPlan:
     patterns: int
     peak_moment: float | None  # grid time of the peak moment (None for a plan)
     reasons: tuple[str, ...]
+    gpus_per_node: int = 8  # the fleet's largest node of this model, or an 8-GPU node assumed
 
 
 @dataclass(frozen=True)
