@@ -120,7 +120,7 @@ def advice_lines(a: MpsAdvice) -> list[str]:
     if a.verdict == "dedicated":
         head = (f"{a.device}: dedicated, {plural(a.gpus, 'whole GPU')} for {a.clients[0].workload} "
                 f"(needs {gib(a.footprint_bytes)} of {gib(a.capacity_bytes)}); no MPS, no limits")
-        return [head] + [f"    why: {r}" for r in a.reasons[1:]]
+        return [head] + [f"    why: {r}" for r in a.reasons]
     room = "" if a.room_left_bytes is None else f", {size_text(a.room_left_bytes)} left"
     head = (f"{a.device}: {a.verdict}; limits {gib(a.limits_sum_bytes)} in all, at most {gib(a.together_bytes)} "
             f"and {plural(a.clients_at_once, 'client')} at one time"
