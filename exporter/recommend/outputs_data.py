@@ -7,7 +7,7 @@ import json
 import yaml
 
 from exporter.recommend.baselines import Baseline
-from exporter.recommend import mps
+from exporter.recommend import mps, operator_objects
 from exporter.recommend.mps import MpsAdvice
 from exporter.recommend.mps_pack import gpus_needed
 from exporter.recommend.result import GpuPlan, ModelPlan, Recommendation
@@ -101,6 +101,8 @@ def to_dict(rec: Recommendation) -> dict:
         "notes": list(rec.notes),
         "models": [_plan(p) for p in rec.plans],
         "shared_now": [advice_dict(a) for a in rec.shared_now],
+        # the GPU Operator objects, labels, rollout and per-owner settings (--format gpu-operator)
+        "gpu_operator": operator_objects.build(rec),
         "workloads": [
             {
                 "name": w.name, "gpu_model": w.gpu_model, "location": w.location or None,

@@ -76,8 +76,9 @@ def label_safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", text).strip("-_.")[:58].strip("-_.") or "node"
 
 
-def build(rec: Recommendation) -> tuple[dict, list[str]]:
-    """The mig-parted document and comment lines saying which node takes which config."""
+def build(rec: Recommendation, names: dict[str, str] | None = None) -> tuple[dict, list[str]]:
+    """The mig-parted document and comment lines saying which node takes which config (``names``,
+    when given, receives node -> config name)."""
     doc: dict = {"version": "v1", "mig-configs": {}}
     comments: list[str] = []
     new_configs: dict[str, dict[tuple, dict]] = defaultdict(dict)
@@ -93,7 +94,7 @@ def build(rec: Recommendation) -> tuple[dict, list[str]]:
                 slot["n"] += 1
             else:
                 per_node[gpu.node].append(gpu)
-    names: dict[str, str] = {}
+    names = {} if names is None else names
     for node in sorted(per_node):
         name = f"node-{label_safe(node)}"
         while name in names.values() or name in new_configs:

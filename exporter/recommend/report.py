@@ -71,7 +71,8 @@ def recommend(demand: Demand) -> Recommendation:
                    + ("; for an observed workload never above the smallest device it ran on without an OOM kill"
                       if observed else "") + "; MPS limits: peak + the same margin") if margins else ""
     return Recommendation(plans, shared_now, demand.workloads, demand.sources, tuple(dict.fromkeys(notes)),
-                          demand.basis, stamp(demand), __version__, margin_text)
+                          demand.basis, stamp(demand), __version__, margin_text,
+                          tuple((s.key, "mps" if s.mps else "time-slicing", s.concurrency) for s in demand.shared))
 
 
 def shared_advice(s: SharedDevice, demand: Demand) -> mps.MpsAdvice:

@@ -1,0 +1,103 @@
+"""Rollout order: which nodes to relabel, in which order, and what each one disrupts.
+
+The GPU Operator's MIG manager evicts every GPU pod of a node before it changes the node's MIG
+layout (and restarts the device plugin), so a node is the unit of disruption. Per node:
+
+- *left alone*: every GPU keeps its layout (a released GPU whose MIG is already off changes
+  nothing): no label change, no eviction;
+- *relabelled*: the workloads seen on its GPUs are disrupted (all of them, not only those on
+  the GPUs that change: the manager drains the node's GPU clients).
+
+Capacity model (stated in the output): a node being reconfigured serves nothing; every other
+fleet GPU of the model and every GPU added serves, whatever its layout (the old layout served
+today's load, the new one the plan's). New GPUs come first. Nodes go in *waves*: least
+disrupted first, as many nodes at once as keep the GPUs serving at or above the plan's peak
+demand (the GPUs the plan needs at its peak moment). A node whose GPUs alone take capacity
+below the peak goes in a wave of its own, flagged: reconfigure it outside the peak.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from exporter import catalog
+from exporter.recommend.result import GpuPlan, Recommendation
+
+
+def changes_layout(g: GpuPlan) -> bool:
+    """Whether applying the plan changes this fleet GPU's MIG layout."""
+    if g.node == "new" or g.change == "keep":
+        return False
+    if g.change == "release":  # set to MIG off: a change only where MIG is on now
+        return not g.current.startswith("MIG off")
+    return True
+
+
+def node_gpus(rec: Recommendation) -> dict[str, list[tuple[str, GpuPlan]]]:
+    """Existing node -> [(model, GPU plan)] for MIG-capable models."""
+    out: dict[str, list[tuple[str, GpuPlan]]] = defaultdict(list)
+    for p in rec.plans:
+        if not catalog.MODELS[p.model].mig_capable:
+            continue
+        for g in p.gpus:
+            if g.node != "new":
+                out[g.node].append((p.model, g))
+    return dict(out)
+
+
+def disrupted(rec: Recommendation, node: str) -> list[str]:
+    """Workloads seen on the node's GPUs (their pods are evicted when the node is reconfigured)."""
+    return sorted({w.name for w in rec.workloads if any(n == node for n, _ in w.gpus_seen)})
+
+
+def plan_rollout(rec: Recommendation) -> dict:
+    """The rollout as plain data (docs/recommend.md "Rollout")."""
+    nodes = node_gpus(rec)
+    changing = {n: gs for n, gs in nodes.items() if any(changes_layout(g) for _, g in gs)}
+    left_alone = sorted(set(nodes) - set(changing))
+    serving, need = {}, {}
+    for p in rec.plans:
+        if catalog.MODELS[p.model].mig_capable:
+            serving[p.model] = p.available_gpus + p.added
+            need[p.model] = p.gpus_needed
+    added = {p.model: p.added for p in rec.plans if p.added and catalog.MODELS[p.model].mig_capable}
+
+    def offline(names) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for n in names:
+            for model, _ in changing[n]:
+                out[model] += 1
+        return out
+
+    def capacity(names) -> dict[str, int]:
+        off = offline(names)
+        return {m: serving[m] - off.get(m, 0) for m in serving}
+
+    order = sorted(changing, key=lambda n: (len(disrupted(rec, n)), len(changing[n]), n))
+    waves: list[list[str]] = []
+    for n in order:
+        for wave in waves:
+            if all(c >= need[m] for m, c in capacity(wave + [n]).items()):
+                wave.append(n)
+                break
+        else:
+            waves.append([n])
+    steps = []
+    for k, wave in enumerate(waves, 1):
+        cap = capacity(wave)
+        for n in wave:
+            steps.append({
+                "wave": k, "node": n,
+                "gpus_reconfigured": sorted(g.index for _, g in changing[n] if changes_layout(g)),
+                "gpus_offline": len(changing[n]),
+                "disrupted_workloads": disrupted(rec, n),
+                "capacity_gpus": dict(sorted(cap.items())), "peak_demand_gpus": dict(sorted(need.items())),
+                "capacity_kept": all(c >= need[m] for m, c in cap.items()),
+            })
+    return {
+        "basis": "one node's GPUs serve nothing while the MIG manager reconfigures it; every other fleet GPU "
+                 "and every added GPU serves; capacity must stay at or above the GPUs the plan needs at its peak",
+        "add_first": dict(sorted(added.items())),
+        "steps": steps,
+        "left_alone": left_alone,
+    }
