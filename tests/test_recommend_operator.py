@@ -90,10 +90,15 @@ def test_simulated_fleet_objects_are_valid_and_labels_name_only_their_configs(fl
     assert ops["mig_parted_config"] == mig
     assert {k: v for k, v in ops["device_plugin_configs"].items()} == plugin
     # a node is labelled exactly when one of its GPUs changes layout; the others are left alone
-    changing = {g["node"] for m in doc["models"] for g in m["gpus"] if g["node"] != "new"
-                and (g["change"] == "reconfigure" or g["change"] == "release" and not g["current"].startswith("MIG off"))}
+    changing = {g["node"] for m in doc["models"] for g in m["gpus"] if g["node"] != "new" and g["change"] == "reconfigure"}
     assert {e["node"] for e in labels} == changing
     assert set(ops["rollout"]["left_alone"]) == {g["node"] for m in doc["models"] for g in m["gpus"]} - changing - {"new"}
+    # released GPUs are in no node config: mig-parted leaves a GPU no entry names as it is
+    for m in doc["models"]:
+        for g in m["gpus"]:
+            if g["change"] == "release":
+                config = mig["mig-configs"].get(f"node-{g['node']}", [])
+                assert all(g["index"] not in e["devices"] for e in config)
     # the shared groups the plan keeps get replicas (>= 2) on their resource
     kept = [i for m in doc["models"] for g in m["gpus"] for i in g["instances"] if i.get("members")]
     if kept:
@@ -121,7 +126,7 @@ def fleet_plan(workloads):
 def test_rollout_keeps_capacity_at_the_peak_and_waves_what_it_can():
     """Capacity, recomputed here from the plan's GPUs, never drops below the GPUs the plan needs while
     a wave's nodes are reconfigured; nodes that keep every layout are left out."""
-    rec = fleet_plan([{"name": "big", "count": 6, "memory": "35GiB"}, {"name": "small", "count": 14, "memory": "8GiB"}])
+    rec = fleet_plan([{"name": "big", "count": 4, "memory": "35GiB"}, {"name": "mid", "count": 8, "memory": "18GiB"}])
     (p,) = rec.plans
     plan = rollout.plan_rollout(rec)
     changing = {g.node for g in p.gpus if rollout.changes_layout(g)}
@@ -138,7 +143,7 @@ def test_rollout_keeps_capacity_at_the_peak_and_waves_what_it_can():
 
 def test_a_node_whose_gpus_alone_hold_the_peak_is_flagged():
     """When taking one node offline leaves fewer GPUs than the peak needs, no order helps: the step says so."""
-    rec = fleet_plan([{"name": "big", "count": 12, "memory": "35GiB"}, {"name": "small", "count": 30, "memory": "8GiB"}])
+    rec = fleet_plan([{"name": "big", "count": 4, "memory": "35GiB"}, {"name": "mid", "count": 27, "memory": "18GiB"}])
     plan = rollout.plan_rollout(rec)
     assert plan["steps"] and not all(s["capacity_kept"] for s in plan["steps"])
     flagged = [s for s in plan["steps"] if not s["capacity_kept"]]

@@ -116,7 +116,7 @@ def owner_settings(rec: Recommendation) -> list[dict]:
 def build(rec: Recommendation) -> dict:
     """Every object and label, plus the rollout, as plain data."""
     names: dict[str, str] = {}
-    mig_doc, _ = migparted_build(rec, names)
+    mig_doc, _ = migparted_build(rec, names, released=False)  # a GPU the plan does not use keeps its layout
     mig_doc["mig-configs"].setdefault(DEFAULT_MIG_CONFIG, [{"devices": "all", "mig-enabled": False}])
     plan = rollout.plan_rollout(rec)
     by_node = rollout.node_gpus(rec)

@@ -76,9 +76,10 @@ def label_safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", text).strip("-_.")[:58].strip("-_.") or "node"
 
 
-def build(rec: Recommendation, names: dict[str, str] | None = None) -> tuple[dict, list[str]]:
+def build(rec: Recommendation, names: dict[str, str] | None = None, released: bool = True) -> tuple[dict, list[str]]:
     """The mig-parted document and comment lines saying which node takes which config (``names``,
-    when given, receives node -> config name)."""
+    when given, receives node -> config name). ``released=False`` leaves released GPUs out of the
+    node configs (mig-parted then does not touch them: the GPU Operator output's least disruption)."""
     doc: dict = {"version": "v1", "mig-configs": {}}
     comments: list[str] = []
     new_configs: dict[str, dict[tuple, dict]] = defaultdict(dict)
@@ -92,7 +93,7 @@ def build(rec: Recommendation, names: dict[str, str] | None = None) -> tuple[dic
                 slot = new_configs[gpu.config].setdefault(_layout_key(gpu), {"gpu": gpu, "filters": set(), "n": 0})
                 slot["filters"].update(device_ids(plan.model))
                 slot["n"] += 1
-            else:
+            elif released or gpu.change != "release":
                 per_node[gpu.node].append(gpu)
     names = {} if names is None else names
     for node in sorted(per_node):

@@ -18,6 +18,9 @@ from exporter.recommend.outputs_text import basis_lines
 from exporter.recommend.result import Recommendation
 
 
+MAX_NAMED = 8  # disrupted workloads named per node in the text outputs; JSON lists all
+
+
 class _Dumper(yaml.SafeDumper):
     pass
 
@@ -64,8 +67,11 @@ def rollout_lines(objs: dict) -> list[str]:
         flag = "" if step["capacity_kept"] else " BELOW THE PEAK: reconfigure it outside the peak"
         gpus = ", ".join(f"gpu{i}" for i in step["gpus_reconfigured"])
         out.append(f"wave {step['wave']}: {label_command(by_node[step['node']])}")
-        out.append(f"  reconfigures {gpus}; evicts the GPU pods of: "
-                   + (", ".join(step["disrupted_workloads"]) or "no workload seen")
+        seen = step["disrupted_workloads"]
+        named = ", ".join(seen[:MAX_NAMED]) + (f" and {len(seen) - MAX_NAMED} more (--format json)"
+                                                if len(seen) > MAX_NAMED else "")
+        out.append(f"  reconfigures {gpus}; evicts the GPU pods of {len(seen)} workload{'s' if len(seen) != 1 else ''}"
+                   + (f": {named}" if seen else " (none seen)")
                    + f"; while it runs: {cap}{flag}")
     if plan["left_alone"]:
         out.append("left alone (layout kept, no label change): " + ", ".join(plan["left_alone"]))
@@ -83,6 +89,11 @@ def owner_lines(objs: dict) -> list[str]:
     return out
 
 
+def objects_yaml(objs: dict) -> str:
+    """The documents `kubectl apply -f` takes."""
+    return "".join("---\n" + _dump(obj) for obj in configmaps(objs))
+
+
 def render_gpu_operator(rec: Recommendation) -> str:
     objs = ops.build(rec)
     head = ["# GPU Operator objects written by `exporter recommend` (--format gpu-operator).",
@@ -97,7 +108,7 @@ def render_gpu_operator(rec: Recommendation) -> str:
         f"\"default\":\"{objs['device_plugin_default']}\"}}}}}}}}'",
         "# 3. label the nodes as listed at the end, wave by wave (the MIG manager evicts a node's GPU pods).",
     ]
-    body = "".join("---\n" + _dump(obj) for obj in configmaps(objs))
+    body = objects_yaml(objs)
     tail = ["# Rollout:", *(f"#   {line}" for line in rollout_lines(objs))]
     if objs["owner_settings"]:
         tail += ["# MPS settings per owner (strategic-merge patch of the pod template):",

@@ -216,8 +216,26 @@ def render_markdown(rec: Recommendation) -> str:
                 "|---|---|---|---|---|"]
         out += _md_clients(rec.shared_now)
         out += [""] + [f"- {a.device}: {a.verdict}: {'; '.join(a.reasons)}" for a in rec.shared_now] + [""]
+    out += _md_operator(rec)
     out += [f"> note: {n}" for n in rec.notes]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _md_operator(rec: Recommendation) -> list[str]:
+    """Rollout, per-owner settings and the objects to apply (what --format gpu-operator writes)."""
+    from exporter.recommend import operator_objects, outputs_operator
+
+    objs = operator_objects.build(rec)
+    out = ["## Rollout on Kubernetes (GPU Operator)", ""]
+    out += [f"- {line.strip()}" if not line.startswith("  ") else f"  - {line.strip()}"
+            for line in outputs_operator.rollout_lines(objs)]
+    if objs["owner_settings"]:
+        out += ["", "### MPS settings per owner", ""]
+        out += [f"- {line.strip()}" for line in outputs_operator.owner_lines(objs)]
+    out += [f"- note: {n}" for n in objs["notes"]]
+    out += ["", "### Objects to apply (`kubectl apply -f`)", "", "```yaml",
+            outputs_operator.objects_yaml(objs).rstrip(), "```", ""]
+    return out
 
 
 def _md_clients(advice) -> list[str]:

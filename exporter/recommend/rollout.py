@@ -3,8 +3,9 @@
 The GPU Operator's MIG manager evicts every GPU pod of a node before it changes the node's MIG
 layout (and restarts the device plugin), so a node is the unit of disruption. Per node:
 
-- *left alone*: every GPU keeps its layout (a released GPU whose MIG is already off changes
-  nothing): no label change, no eviction;
+- *left alone*: every GPU keeps its layout (a released GPU, one the plan does not use, keeps
+  its layout too: the GPU Operator output leaves it out of the node's config): no label change,
+  no eviction;
 - *relabelled*: the workloads seen on its GPUs are disrupted (all of them, not only those on
   the GPUs that change: the manager drains the node's GPU clients).
 
@@ -26,11 +27,8 @@ from exporter.recommend.result import GpuPlan, Recommendation
 
 def changes_layout(g: GpuPlan) -> bool:
     """Whether applying the plan changes this fleet GPU's MIG layout."""
-    if g.node == "new" or g.change == "keep":
-        return False
-    if g.change == "release":  # set to MIG off: a change only where MIG is on now
-        return not g.current.startswith("MIG off")
-    return True
+    # A released GPU keeps whatever layout it has: the plan does not use it, so nothing is evicted for it.
+    return g.node != "new" and g.change == "reconfigure"
 
 
 def node_gpus(rec: Recommendation) -> dict[str, list[tuple[str, GpuPlan]]]:
