@@ -19,7 +19,7 @@ below the peak goes in a wave of its own, flagged: reconfigure it outside the pe
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from exporter import catalog
 from exporter.recommend.result import GpuPlan, Recommendation
@@ -43,9 +43,13 @@ def node_gpus(rec: Recommendation) -> dict[str, list[tuple[str, GpuPlan]]]:
     return dict(out)
 
 
-def disrupted(rec: Recommendation, node: str) -> list[str]:
-    """Workloads seen on the node's GPUs (their pods are evicted when the node is reconfigured)."""
-    return sorted({w.name for w in rec.workloads if any(n == node for n, _ in w.gpus_seen)})
+def disrupted(rec: Recommendation) -> dict[str, list[str]]:
+    """Node -> workloads seen on its GPUs (their pods are evicted when the node is reconfigured)."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for w in rec.workloads:
+        for node, _ in w.gpus_seen:
+            out[node].add(w.name)
+    return {n: sorted(ws) for n, ws in out.items()}
 
 
 def plan_rollout(rec: Recommendation) -> dict:
@@ -53,43 +57,34 @@ def plan_rollout(rec: Recommendation) -> dict:
     nodes = node_gpus(rec)
     changing = {n: gs for n, gs in nodes.items() if any(changes_layout(g) for _, g in gs)}
     left_alone = sorted(set(nodes) - set(changing))
+    seen = disrupted(rec)
     serving, need = {}, {}
     for p in rec.plans:
         if catalog.MODELS[p.model].mig_capable:
             serving[p.model] = p.available_gpus + p.added
             need[p.model] = p.gpus_needed
     added = {p.model: p.added for p in rec.plans if p.added and catalog.MODELS[p.model].mig_capable}
-
-    def offline(names) -> dict[str, int]:
-        out: dict[str, int] = defaultdict(int)
-        for n in names:
-            for model, _ in changing[n]:
-                out[model] += 1
-        return out
-
-    def capacity(names) -> dict[str, int]:
-        off = offline(names)
-        return {m: serving[m] - off.get(m, 0) for m in serving}
-
-    order = sorted(changing, key=lambda n: (len(disrupted(rec, n)), len(changing[n]), n))
-    waves: list[list[str]] = []
+    offline = {n: Counter(model for model, _ in gs) for n, gs in changing.items()}
+    order = sorted(changing, key=lambda n: (len(seen.get(n, ())), len(changing[n]), n))
+    waves: list[tuple[list[str], Counter]] = []  # nodes, GPUs offline per model
     for n in order:
-        for wave in waves:
-            if all(c >= need[m] for m, c in capacity(wave + [n]).items()):
-                wave.append(n)
+        for nodes_in, off in waves:
+            if all(serving[m] - off[m] - offline[n][m] >= need[m] for m in serving):
+                nodes_in.append(n)
+                off.update(offline[n])
                 break
         else:
-            waves.append([n])
+            waves.append(([n], Counter(offline[n])))
     steps = []
-    for k, wave in enumerate(waves, 1):
-        cap = capacity(wave)
+    for k, (wave, off) in enumerate(waves, 1):
+        cap = {m: serving[m] - off[m] for m in sorted(serving)}
         for n in wave:
             steps.append({
                 "wave": k, "node": n,
                 "gpus_reconfigured": sorted(g.index for _, g in changing[n] if changes_layout(g)),
                 "gpus_offline": len(changing[n]),
-                "disrupted_workloads": disrupted(rec, n),
-                "capacity_gpus": dict(sorted(cap.items())), "peak_demand_gpus": dict(sorted(need.items())),
+                "disrupted_workloads": seen.get(n, []),
+                "capacity_gpus": cap, "peak_demand_gpus": dict(sorted(need.items())),
                 "capacity_kept": all(c >= need[m] for m, c in cap.items()),
             })
     return {
