@@ -182,3 +182,22 @@ def test_start_offsets_per_owner_follow_the_stagger(tmp_path, capsys):
     assert shared["verdict"] == "stagger" and [s["owner"] for s in settings] == ["wan"]
     offsets = sorted(c["start_offset_seconds"] for c in shared["clients"])
     assert settings[0]["start_offsets_seconds"] == offsets and offsets[0] == 0 < offsets[-1]
+
+
+def test_a_group_moved_from_whole_gpu_sharing_into_a_mig_slice_is_told_how_to_share_there(fleet_args, capsys):
+    """A group kept as it runs now but planned in a MIG instance while it shares a whole GPU today: the
+    plan says MPS must run inside the instance (or time-slicing continues), and the device plugin
+    config time-slices that MIG resource (its MPS does not support MIG devices)."""
+    doc = json.loads(run(capsys, *fleet_args, "--format", "json"))
+    moved = [(i["workload_at_peak"][len("as now: "):], i["profile"]) for m in doc["models"] for g in m["gpus"]
+             for i in g["instances"] if (i["workload_at_peak"] or "").startswith("as now: ") and i["profile"] != "full"
+             and " gi" not in i["workload_at_peak"]]
+    assert moved, "the fleet has a whole-GPU group planned in a MIG slice"
+    reasons = [r for m in doc["models"] for r in m["reasons"]]
+    plugin = doc["gpu_operator"]["device_plugin_configs"]
+    for key, profile in moved:
+        (said,) = [r for r in reasons if r.startswith(f"{key}: ")]
+        assert f"MIG {profile} instance" in said
+        assert "MPS must then run inside that instance" in said or "time-slicing continues" in said
+        assert any(r["name"] == f"nvidia.com/mig-{profile}" for c in plugin.values()
+                   for r in c.get("sharing", {}).get("timeSlicing", {}).get("resources", []))
