@@ -201,3 +201,16 @@ def test_a_group_moved_from_whole_gpu_sharing_into_a_mig_slice_is_told_how_to_sh
         assert "MPS must then run inside that instance" in said or "time-slicing continues" in said
         assert any(r["name"] == f"nvidia.com/mig-{profile}" for c in plugin.values()
                    for r in c.get("sharing", {}).get("timeSlicing", {}).get("resources", []))
+
+
+def test_mig_parted_comments_name_only_configs_the_file_defines(fleet_args, capsys):
+    """Issue 23: node comments named layouts ('all-1g.10gb') that were not configs of the file."""
+    text = run(capsys, *fleet_args, "--format", "mig-parted")
+    configs = set(yaml.safe_load(text)["mig-configs"])
+    comments = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    labelled = set(re.findall(r"nvidia\.com/mig\.config=([^<\s]\S*)", comments))  # not the <config> placeholder
+    added = set(re.findall(r"new GPUs?: (\S+)", comments))
+    assert labelled and (labelled | added) <= configs
+    # a GPU's change is followed by its layout in words ("MIG 3g.40gb + 2x1g.10gb", "MIG off"), not a name
+    after = re.findall(r"gpu\d+ (?:keep|reconfigure|release) (\S+)", comments)
+    assert after and all(word == "MIG" for word in after)

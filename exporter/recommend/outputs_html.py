@@ -127,6 +127,9 @@ def _how_to_apply(rec: Recommendation) -> str:
         f"With the GPU operator: <code>kubectl label node {escape(example)} "
         f"nvidia.com/mig.config=node-{escape(label_safe(example))} --overwrite</code> (one config per node, "
         "listed at the top of mig.yaml; new nodes take the config named for their layout).",
+        "Or all of it on Kubernetes: <code>exporter recommend SAME INPUTS --format gpu-operator -o gpu-operator.yaml"
+        "</code>, <code>kubectl apply -f gpu-operator.yaml</code>, then the labels wave by wave as the rollout "
+        "below lists them (nodes left alone need none).",
         "Without it: copy mig.yaml to the node and run <code>nvidia-mig-parted apply -f mig.yaml -c "
         f"node-{escape(label_safe(example))}</code>.",
         "For MPS devices, set the client variables shown (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, "
