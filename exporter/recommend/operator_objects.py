@@ -53,6 +53,13 @@ def _sharing(rec: Recommendation, gpus: list[GpuPlan]) -> tuple[dict, list[str]]
                 notes.append(f"{key}: MPS in a MIG instance is not run by the device plugin: time-sliced "
                              "replicas here; start an MPS daemon inside the instance yourself for MPS")
             wanted[(kind, resource)] = max(wanted.get((kind, resource), 0), n)
+    for (_, resource), n in sorted(wanted.items()):  # the plugin selects no devices: replicas cover them all
+        profile = "full" if resource == "nvidia.com/gpu" else resource.removeprefix("nvidia.com/mig-")
+        unshared = [g for g in gpus for i in g.instances
+                    if i.profile == profile and not (i.workload or "").startswith("as now: ")]
+        if unshared:
+            notes.append(f"{resource} x{n} applies to every such device of the node: "
+                         + ", ".join(sorted({f"gpu{g.index}" for g in unshared})) + " would be shared too")
     kinds = {k for k, _ in wanted}
     if len(kinds) > 1:  # the plugin runs one strategy per node: time-slicing covers both
         notes.append("MPS and time-slicing are exclusive per node: every shared resource here is time-sliced")
