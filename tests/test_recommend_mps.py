@@ -171,17 +171,39 @@ def test_grid_step_is_round_and_bounded(step):
     assert horizon / chosen <= mps.GRID_POINTS
 
 
-def test_observed_margin_sizes_limits_but_does_not_block_the_stagger():
-    """The scenario's Wan jobs in GiB (22 -> 33) with the 10% observed margin: 77 GiB staggered still fit
-    the 79.3 GiB H100, and each client's limit carries its own margin (36.3 GiB)."""
+def test_the_margin_that_sizes_mig_slots_sizes_the_mps_limits_and_the_fit_too():
+    """The scenario's Wan jobs in GiB (22 -> 33). Without a margin, staggered they need 77 GiB plus three
+    CUDA contexts: below the H100's 79.3 GiB less the MPS server, so they stagger (tight, and the room is
+    stated). With the 10% observed margin MIG slots get, each limit is 36.3 GiB and the plateaus 24.2:
+    36.3 + 2 x 24.2 exceeds the device at any spacing, so only two may run at once. The verdict never
+    rests on bare peaks while the limits say more."""
     tl = ((0.0, 2 * GIB), (60.0, 22 * GIB), (540.0, 22 * GIB), (545.0, 33 * GIB), (570.0, 33 * GIB))
-    ws = [Workload(f"wan#{i}", 33 * GIB, margin_ratio=0.1, timeline=tl) for i in range(3)]
-    advice = mps.advise("gpu0", H100, H100.memory_capacity_bytes, H100.sm_count, each(ws))
+    bare = [Workload(f"wan#{i}", 33 * GIB, timeline=tl) for i in range(3)]
+    advice = mps.advise("gpu0", H100, H100.memory_capacity_bytes, H100.sm_count, each(bare))
     assert advice.verdict == "stagger"
-    assert worst_total([tl] * 3, [c.start_offset_seconds for c in advice.clients]) <= H100.memory_capacity_bytes
+    offsets = [c.start_offset_seconds for c in advice.clients]
+    usable = H100.memory_capacity_bytes - mps.SERVER_BYTES
+    assert worst_total([tl] * 3, offsets) + 3 * mps.CONTEXT_BYTES <= usable
+    assert advice.room_left_bytes == usable - advice.staggered_peak_bytes > 0
+    assert any(r.startswith("tight") and "GiB left" in r or "MiB left" in r for r in advice.reasons)
+    margined = [Workload(f"wan#{i}", 33 * GIB, margin_ratio=0.1, timeline=tl) for i in range(3)]
+    advice = mps.advise("gpu0", H100, H100.memory_capacity_bytes, H100.sm_count, each(margined))
+    assert advice.verdict == "limit-concurrency" and advice.max_concurrency == 2
     limit = parse_mps_pinned_limits(advice.clients[0].pinned_limit)["0"]
     assert limit >= 33 * GIB * 1.1
-    assert any(r.startswith("tight") for r in advice.reasons)  # 2.3 GiB left of 79.3
+
+
+def test_fits_means_limits_and_contexts_leave_room():
+    """Two clients whose limits fill the device exactly do not fit: each also holds a CUDA context."""
+    half = (H100.memory_capacity_bytes - mps.SERVER_BYTES) // 2
+    ws = [Workload(f"svc{i}", half - half % mps.MIB) for i in range(2)]
+    advice = mps.advise("gpu0", H100, H100.memory_capacity_bytes, H100.sm_count, each(ws))
+    assert advice.verdict == "limit-concurrency" and advice.room_left_bytes is None
+    small = [Workload(f"svc{i}", 30 * GIB) for i in range(2)]
+    advice = mps.advise("gpu0", H100, H100.memory_capacity_bytes, H100.sm_count, each(small))
+    assert advice.verdict == "fits"
+    assert advice.footprint_bytes == 60 * GIB + 2 * mps.CONTEXT_BYTES
+    assert advice.room_left_bytes == H100.memory_capacity_bytes - mps.SERVER_BYTES - advice.footprint_bytes
 
 
 def test_packing_is_time_resolved_and_counts_whole_gpus_of_workloads_too_big_to_share():

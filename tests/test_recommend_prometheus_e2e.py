@@ -20,6 +20,7 @@ import pytest
 
 from exporter import cli
 from tests.conftest import require_binary
+from exporter.recommend import plan_check
 from tests.sim_history import SCENARIOS, BackfilledPrometheus, openmetrics, pages
 from tests.sim_snapshots import snapshot_lines
 
@@ -117,7 +118,9 @@ def test_runs_and_formats_agree(history):
     import yaml
 
     mig = yaml.safe_load(recommend(*args, "--format", "mig-parted")[1])
-    model = plan_json(history)["models"][0]
+    doc = plan_json(history)
+    assert plan_check.check_plan(doc) == []  # no verdict contradicted by its own numbers
+    model = doc["models"][0]
     for node in (NODE_A, NODE_B):
         entries = mig["mig-configs"][f"node-{node.replace(':', '-')}"]
         listed = sorted(i for e in entries for i in e["devices"])

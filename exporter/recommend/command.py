@@ -11,7 +11,7 @@ from exporter import catalog
 from exporter.errors import UserError
 from exporter.http_client import add_client_flags, client_options
 
-FORMATS = ("text", "json", "yaml", "mig-parted", "markdown", "html")
+FORMATS = ("text", "json", "yaml", "mig-parted", "gpu-operator", "markdown", "html")
 DEFAULT_WINDOW = "7d"
 DEFAULT_MIN_WINDOW = "1d"
 FROM_INTERVAL_SECONDS = 5.0
@@ -157,7 +157,7 @@ def build_demand(args: argparse.Namespace):
 
 
 def render(rec, fmt: str) -> str:
-    from exporter.recommend import outputs_data, outputs_html, outputs_migparted, outputs_text
+    from exporter.recommend import outputs_data, outputs_html, outputs_migparted, outputs_operator, outputs_text
 
     return {
         "text": outputs_text.render_text,
@@ -165,6 +165,7 @@ def render(rec, fmt: str) -> str:
         "json": outputs_data.render_json,
         "yaml": outputs_data.render_yaml,
         "mig-parted": outputs_migparted.render_migparted,
+        "gpu-operator": outputs_operator.render_gpu_operator,
         "html": outputs_html.render_html,
     }[fmt](rec)
 

@@ -4,8 +4,10 @@ module decides which.
 1. A planned GPU marked ``keep`` goes to a fleet GPU whose current layout has the same slots
    (the GPU of a group kept together first, then the lowest node and index); its instances
    take that GPU's positions and names (a ``1g.10gb+me`` stays one): nothing to drain.
-2. The other planned GPUs go to the remaining fleet GPUs, idle ones first (nothing to drain),
-   then node by node, sorted by configuration so a node tends to get one: "reconfigure".
+2. The other planned GPUs go to the remaining fleet GPUs: first on nodes where no GPU keeps its
+   layout (a node is drained as a whole to change one GPU, so a node that keeps some is best left
+   alone), idle ones first (nothing to drain), then node by node, sorted by configuration so a
+   node tends to get one: "reconfigure".
 3. Planned GPUs beyond the fleet are "new"; fleet GPUs no plan needs are "release".
 """
 
@@ -66,8 +68,11 @@ def assign(model: GpuModel, planned: list[tuple[GpuPlan, tuple, bool, tuple | No
         del free[(chosen[0].node, chosen[0].index)]
         out[i] = _kept_at(plan, chosen[0])
     rest = sorted((i for i, p in enumerate(out) if p is None), key=lambda i: (planned[i][0].config, i))
-    # Repartition idle GPUs first (nothing to drain), then node by node.
-    remaining = sorted(free.values(), key=lambda e: (e[0].sharing != "idle", e[0].node, e[0].index))
+    # The GPU Operator's MIG manager drains a whole node to change any of its GPUs: repartition GPUs
+    # of nodes that keep no layout first (nothing kept is disturbed), then idle GPUs before busy ones.
+    kept_nodes = {p.node for p in out if p is not None}
+    remaining = sorted(free.values(), key=lambda e: (e[0].node in kept_nodes, e[0].sharing != "idle",
+                                                     e[0].node, e[0].index))
     for i in rest:
         if not remaining:
             break

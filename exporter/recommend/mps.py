@@ -15,10 +15,13 @@ client on the device. So, per device shared by several clients:
   30 s crash together and run fine staggered); otherwise the largest number of clients that
   may safely run at once.
 
-The margin is per workload: it sizes each client's limit (its own growth fails it alone).
-Whether clients fit *together* is judged on their observed or planned memory, without
-adding every client's margin at once (that would assume they all outgrow their history at
-the same instant); the headroom left is reported instead.
+One margin policy for MIG and MPS: a MIG slot holds a workload's peak plus its margin, and an
+MPS client's pinned limit is its peak plus the same margin. Clients fit *together* when the
+limits of the clients alive at one time, plus one CUDA context per client, stay within the
+device's memory less the MPS server's own (``usable``): then no client can push a neighbour
+out of memory while staying under its own limit. "fits" always states the room left.
+Overheads (docs/recommend.md "MPS advice"): ``CONTEXT_BYTES`` per client, ``SERVER_BYTES``
+per device.
 """
 
 from __future__ import annotations
@@ -26,18 +29,23 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from exporter.catalog import MIB
 from exporter.recommend.demand import Timeline, Workload
+from exporter.recommend.mps_stagger import (  # noqa: F401 - the stagger search, re-exported
+    GRID_POINTS, NICE_STEPS, _curve, discretize, find_stagger, grid_step)
 
 MAX_MPS_CLIENTS = 48  # client contexts per device since Volta (nvml_facts §3.3)
 COMPUTE_HEADROOM = 1.25  # thread percentage = need x 1.25: the need is an average, bursts go above
-GRID_POINTS = 2000  # time resolution of the stagger search over the whole horizon
-NICE_STEPS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600)
 # A stagger longer than this share of the shortest job is queueing, not sharing.
 MAX_STAGGER_SHARE = 0.5
 HEADROOM_WARNING = 0.05  # say "tight" when less than 5% of the device is left at the worst instant
+# Device memory a client's CUDA context takes outside its own allocations (module images, stacks,
+# heaps). The MIG user guide's H100 example lists a minimal MPS client (BlackScholes) at 326 MiB
+# (nvml_facts section 3.4); a bare PyTorch process shows 781 MB in nvidia-smi (pytorch#34323).
+# 512 MiB per client is the planning figure; a pinned limit does not cover it.
+CONTEXT_BYTES = 512 * MIB
+# The MPS server process itself: 60 MiB in the same MIG guide example, rounded up.
+SERVER_BYTES = 64 * MIB
 
 
 @dataclass(frozen=True)
@@ -46,8 +54,8 @@ class ClientAdvice:
     peak_bytes: int  # learned or planned peak of one instance
     margin_ratio: float  # the limit's margin over that peak
     need_bytes: int  # peak + margin: what the limit allows
-    pinned_limit: str  # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT value, e.g. "0=20480M"
-    active_thread_percentage: int  # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
+    pinned_limit: str | None  # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT value, e.g. "0=20480M"; None: no MPS
+    active_thread_percentage: int | None  # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; None: no MPS
     start_offset_seconds: float | None  # None when starts need no stagger or none exists
     duration_seconds: float | None
 
@@ -61,111 +69,31 @@ class MpsAdvice:
     clients: tuple[ClientAdvice, ...]
     verdict: str  # fits | stagger | limit-concurrency | too-big | dedicated
     sum_of_peaks_bytes: int  # every client's peak added up, as if all peaked at once (no margin)
-    together_bytes: int  # the most the clients need at one time (time-resolved when known)
-    max_concurrency: int  # any this many clients may run at once without exceeding capacity
-    staggered_peak_bytes: int | None  # max of the summed memory with the offsets applied
+    together_bytes: int  # the most the clients' limits take at one time (time-resolved when known)
+    max_concurrency: int  # any this many clients may run at once, limits and contexts within usable
+    staggered_peak_bytes: int | None  # max of limits-scaled memory + contexts with the offsets applied
     curve: tuple[tuple[float, int], ...]  # summed memory over time with offsets, for pictures
     reasons: tuple[str, ...]
     gpus: int = 1  # GPUs this entry stands for (a workload larger than one GPU takes several)
+    clients_at_once: int = 0  # most clients alive at one time (each holds a CUDA context)
+    footprint_bytes: int = 0  # most memory at one time: limits + contexts (staggered: with offsets)
+    room_left_bytes: int | None = None  # usable - footprint for fits/stagger; None otherwise
+
+    @property
+    def usable_bytes(self) -> int:
+        """Memory the clients may take: the device less the MPS server (dedicated: all of it)."""
+        return self.capacity_bytes - (0 if self.verdict == "dedicated" else SERVER_BYTES)
+
+    @property
+    def limits_sum_bytes(self) -> int:
+        return sum(limit_bytes_of(c) for c in self.clients)
 
 
-def grid_step(horizon_seconds: float) -> float:
-    """A round time step giving at most GRID_POINTS points over the horizon (seconds)."""
-    for step in NICE_STEPS:
-        if horizon_seconds / step <= GRID_POINTS:
-            return float(step)
-    return math.ceil(horizon_seconds / GRID_POINTS)
-
-
-def discretize(timeline: Timeline, step: float) -> np.ndarray:
-    """Per time bucket [k*step, (k+1)*step), the maximum of the piecewise-linear timeline.
-
-    Exact for piecewise-linear data (the maximum on an interval is at an end or a
-    breakpoint), so a stagger that passes on the grid also holds between grid points. The
-    workload ends at its last point: the bucket starting there is not included.
-    """
-    end = timeline[-1][0]
-    n = max(1, math.ceil(end / step - 1e-9))
-    out = np.zeros(n)
-    if len(timeline) == 1:
-        out[:] = timeline[0][1]
-        return out
-    for (t0, v0), (t1, v1) in zip(timeline, timeline[1:]):
-        if t1 <= t0:  # a step: both values belong to the bucket holding t0
-            k = min(int(t0 // step), n - 1)
-            out[k] = max(out[k], v0, v1)
-            continue
-        first, last = int(t0 // step), min(math.ceil(t1 / step - 1e-9) - 1, n - 1)
-        ks = np.arange(first, last + 1)
-        a = np.maximum(ks * step, t0)
-        b = np.minimum((ks + 1) * step, t1)
-        va = v0 + (v1 - v0) * (a - t0) / (t1 - t0)
-        vb = v0 + (v1 - v0) * (b - t0) / (t1 - t0)
-        out[first:last + 1] = np.maximum(out[first:last + 1], np.maximum(va, vb))
-    return out
-
-
-def find_stagger(timelines: list[Timeline], capacity: int, max_offset: float | None = None
-                 ) -> tuple[tuple[float, ...], float] | None:
-    """Smallest start offsets (seconds, input order) keeping summed memory <= capacity.
-
-    Two searches, each over three orders (as given, largest peak first, longest first):
-    a uniform stagger (client i of the order starts at i x d, the smallest d on the grid
-    that fits: what the seed talk did by hand) and an earliest fit (each client in turn at
-    the earliest grid time where it fits beside those already placed). The result whose
-    last start is earliest wins. Returns (offsets, step), or None when nothing fits within
-    ``max_offset``.
-    """
-    horizon = sum(t[-1][0] for t in timelines)
-    step = grid_step(max(horizon, 1e-9))
-    shapes = [discretize(t, step) for t in timelines]
-    if any(s.max() > capacity for s in shapes):
-        return None
-    n = len(shapes)
-    orders = {tuple(range(n)),
-              tuple(sorted(range(n), key=lambda i: -shapes[i].max())),
-              tuple(sorted(range(n), key=lambda i: -len(shapes[i])))}
-    best = None
-    for order in sorted(orders):
-        for search in (_uniform, _earliest_fit):
-            offsets = search(shapes, order, capacity, step, max_offset)
-            if offsets is not None and (best is None or (max(offsets), sum(offsets)) < (max(best), sum(best))):
-                best = offsets
-    return (tuple(best), step) if best is not None else None
-
-
-def _uniform(shapes, order, capacity, step, max_offset):
-    n = len(shapes)
-    horizon = sum(len(s) for s in shapes)
-    longest = max(len(s) for s in shapes)  # at this spacing nothing overlaps any more
-    limit = longest if max_offset is None or n < 2 else min(longest, int(max_offset / step / (n - 1) + 1e-9))
-    for d in range(limit + 1):
-        total = np.zeros(horizon + longest * n)
-        for position, i in enumerate(order):
-            k = position * d
-            total[k:k + len(shapes[i])] += shapes[i]
-        if total.max() <= capacity:
-            offsets = [0.0] * n
-            for position, i in enumerate(order):
-                offsets[i] = position * d * step
-            return offsets
-    return None
-
-
-def _earliest_fit(shapes, order, capacity, step, max_offset):
-    total = np.zeros(sum(len(s) for s in shapes) + 1)
-    offsets = [0.0] * len(shapes)
-    limit = None if max_offset is None else int(max_offset / step + 1e-9)
-    for i in order:
-        shape = shapes[i]
-        windows = np.lib.stride_tricks.sliding_window_view(total, len(shape))
-        ok = np.flatnonzero((windows + shape).max(axis=1) <= capacity)
-        if not len(ok) or (limit is not None and ok[0] > limit):
-            return None
-        k = int(ok[0])
-        total[k:k + len(shape)] += shape
-        offsets[i] = k * step
-    return offsets
+def limit_bytes_of(c: ClientAdvice) -> int:
+    """The pinned limit of a client in bytes (whole MiB as written); 0 without one."""
+    if not c.pinned_limit:
+        return 0
+    return int(c.pinned_limit.split("=", 1)[1].rstrip("M")) * MIB
 
 
 def safe_concurrency(needs: list[int], capacity: int) -> int:
@@ -213,60 +141,84 @@ def expand(clients: list[tuple[Workload, int | list[int]]]) -> list[tuple[str, W
     return out
 
 
+def footprint_timeline(w: Workload) -> Timeline:
+    """One client's memory over its life as the device sees it: the timeline with the margin (what
+    its limit allows at each moment) plus its CUDA context."""
+    scale = 1.0 + w.margin_ratio
+    return tuple((t, math.ceil(v * scale) + CONTEXT_BYTES) for t, v in w.timeline)
+
+
+def size_text(n: int) -> str:
+    """'12.3 GiB', or '300 MiB' below one GiB (never '0.0 GiB' for room that is there)."""
+    return f"{n / 2**30:.1f} GiB" if abs(n) >= 2**30 else f"{n // MIB} MiB"
+
+
 def advise(device: str, model, capacity: int, sms: int, clients: list[tuple[Workload, int]],
-           together: int | None = None, max_stagger_share: float = MAX_STAGGER_SHARE) -> MpsAdvice:
+           together: int | None = None, at_once: int | None = None, footprint: int | None = None,
+           max_stagger_share: float = MAX_STAGGER_SHARE) -> MpsAdvice:
     """MPS settings and start offsets for ``clients`` ((workload, instances at once)) on one device.
 
-    ``together`` is the most memory the clients need at one time when known (time-resolved:
-    instances that never ran together are not added up); else every instance at its peak.
+    When known (time-resolved: instances that never ran together are not added up),
+    ``together`` is the most the clients' pinned limits take at one time, ``at_once`` the most
+    clients alive at one time and ``footprint`` the most limits + contexts at one time; else
+    every instance counts at once.
     """
     instances = expand(clients)
     workloads = [w for _, w in instances]
-    needs = [w.memory_need_bytes for w in workloads]
+    limits = [limit_mib(w) * MIB for w in workloads]
     peaks = [w.peak_memory_bytes for w in workloads]
-    total = sum(peaks)
-    worst = total if together is None else together
+    usable = capacity - SERVER_BYTES
+    n_at_once = len(instances) if at_once is None else at_once
+    limits_at_once = sum(limits) if together is None else together
+    worst = limits_at_once + n_at_once * CONTEXT_BYTES if footprint is None else footprint
     reasons: list[str] = []
     offsets: tuple[float, ...] | None = None
     step = 1.0
-    timelines = [w.timeline for w in workloads]
-    if max(peaks, default=0) > capacity:
+    timelines = [footprint_timeline(w) if w.timeline else None for w in workloads]
+    room = None
+    ctx = f"{n_at_once} CUDA context{'s' if n_at_once != 1 else ''} of {size_text(CONTEXT_BYTES)}"
+    if max(limits, default=0) + CONTEXT_BYTES > usable:
         verdict = "too-big"
-        reasons.append("a client's peak alone exceeds the device: it needs a larger slice")
-    elif worst <= capacity:
-        verdict = "fits"
+        reasons.append(f"a client's limit (peak + margin) and its context exceed the {size_text(usable)} usable: "
+                       "it needs a larger slice")
+    elif worst < usable:
+        verdict, room = "fits", usable - worst
         if len(instances) == 1:
             reasons.append("a single client: nothing to share")
-        elif together is not None and together < total:
-            reasons.append(f"at most {worst / 2**30:.1f} GiB needed at one time (clients that never ran "
-                           "together are not added up): all may run as they did")
-        else:
-            reasons.append("the peaks together fit: all clients may start at once")
+        reasons.append(f"limits of the clients alive at one time {size_text(limits_at_once)} + {ctx} = "
+                       f"{size_text(worst)} of {size_text(usable)} usable (the device less "
+                       f"{size_text(SERVER_BYTES)} for the MPS server): {size_text(room)} left")
+        if together is not None and together < sum(limits):
+            reasons.append("clients that never ran together are not added up: all may run as they did")
     elif all(timelines):
         shortest = min(t[-1][0] for t in timelines)
-        found = find_stagger(timelines, capacity, max_stagger_share * shortest)
+        found = find_stagger(timelines, usable - 1, max_stagger_share * shortest)
         if found is not None:
             offsets, step = found
             verdict = "stagger"
-            reasons.append("peaks together exceed the device; these start offsets keep the sum "
-                           "below it at every instant")
+            reasons.append(f"limits and contexts together ({size_text(worst)}) exceed the {size_text(usable)} "
+                           "usable; these start offsets keep the sum below it at every instant (the limits "
+                           "alone do not: start them staggered)")
         else:
             verdict = "limit-concurrency"
-            reasons.append(f"no stagger within {max_stagger_share:.0%} of the shortest job fits")
+            reasons.append(f"no stagger within {max_stagger_share:.0%} of the shortest job fits the "
+                           f"{size_text(usable)} usable")
+            reasons += _without_margin(workloads, usable, max_stagger_share * shortest)
     else:
         verdict = "limit-concurrency"
-        reasons.append("peaks together exceed the device and not every client has a timeline")
+        reasons.append(f"limits and contexts together ({size_text(worst)}) exceed the {size_text(usable)} usable "
+                       "and not every client has a timeline")
     if len(instances) > MAX_MPS_CLIENTS:
         reasons.append(f"more than {MAX_MPS_CLIENTS} clients: MPS refuses the rest")
     advice = tuple(
         ClientAdvice(
-            workload=label, peak_bytes=w.peak_memory_bytes, margin_ratio=w.margin_ratio, need_bytes=need,
-            pinned_limit=pinned_limit(min(limit_bytes(w), capacity)),
+            workload=label, peak_bytes=w.peak_memory_bytes, margin_ratio=w.margin_ratio, need_bytes=limit,
+            pinned_limit=pinned_limit(limit),
             active_thread_percentage=thread_percentage(w, sms, len(instances), model),
             start_offset_seconds=None if offsets is None else offsets[i],
             duration_seconds=w.duration_seconds,
         )
-        for i, ((label, w), need) in enumerate(zip(instances, needs))
+        for i, ((label, w), limit) in enumerate(zip(instances, limits))
     )
     known = [w.sms_on(model) for w in workloads if w.compute_known]
     if len(instances) == 1 and known and known[0] > sms:
@@ -274,32 +226,43 @@ def advise(device: str, model, capacity: int, sms: int, clients: list[tuple[Work
     elif known and sum(known) > sms:
         reasons.append(f"compute needs add up to {sum(known)} SMs of {sms}: clients will slow each other")
     curve, peak = _curve(timelines, offsets, step) if all(timelines) and timelines else ((), None)
-    at_worst = peak if verdict == "stagger" else worst
-    if verdict in ("fits", "stagger") and capacity - at_worst < HEADROOM_WARNING * capacity:
-        reasons.append(f"tight: {(capacity - at_worst) / 2**30:.1f} GiB left at the worst instant")
-    return MpsAdvice(device, model.key, capacity, sms, advice, verdict, total, worst,
-                     safe_concurrency(peaks, capacity), peak if verdict == "stagger" else None, curve,
-                     tuple(reasons))
+    if verdict == "stagger":
+        room = usable - peak
+    if room is not None and room < HEADROOM_WARNING * capacity:
+        reasons.append(f"tight: {size_text(room)} left at the worst instant (under "
+                       f"{HEADROOM_WARNING:.0%} of the device)")
+    return MpsAdvice(device, model.key, capacity, sms, advice, verdict, sum(peaks), limits_at_once,
+                     safe_concurrency([x + CONTEXT_BYTES for x in limits], usable - 1),
+                     peak if verdict == "stagger" else None, curve, tuple(reasons), 1, n_at_once,
+                     peak if verdict == "stagger" else worst, room)
 
 
-def dedicated(device: str, model, w: Workload, gpus: int) -> MpsAdvice:
-    """An entry for a workload too large to share: ``gpus`` whole GPUs, no MPS."""
-    client = ClientAdvice(w.name, w.peak_memory_bytes, w.margin_ratio, w.memory_need_bytes, "-", 100, None,
-                          w.duration_seconds)
+def _without_margin(workloads: list[Workload], usable: int, max_offset: float) -> list[str]:
+    """The other figure: whether a stagger would fit on bare peaks (no margin), said, never judged on."""
+    if all(w.margin_ratio == 0 for w in workloads):
+        return []
+    bare = [tuple((t, v + CONTEXT_BYTES) for t, v in w.timeline) for w in workloads]
+    found = find_stagger(bare, usable - 1, max_offset)
+    if found is None:
+        return []
+    offsets = ", ".join(f"+{o:g}s" for o in found[0])
+    return [f"on bare peaks (no margin) starts at {offsets} would fit: the margin MIG slots get too rules "
+            "that out here (--margin 0 plans on bare peaks)"]
+
+
+def limit_mib(w: Workload) -> int:
+    """The pinned limit of one client in whole MiB (as CUDA_MPS_PINNED_DEVICE_MEM_LIMIT writes it)."""
+    return -(-limit_bytes(w) // MIB)
+
+
+def dedicated(device: str, model, w: Workload, gpus: int, label: str | None = None) -> MpsAdvice:
+    """An entry for a workload too large to share: ``gpus`` whole GPUs, no MPS server, so no limits."""
+    client = ClientAdvice(label or w.name, w.peak_memory_bytes, w.margin_ratio, w.memory_need_bytes, None, None,
+                          None, w.duration_seconds)
+    usable = model.memory_capacity_bytes - SERVER_BYTES - CONTEXT_BYTES
+    why = (f"needs {size_text(w.memory_need_bytes)} with its margin, more than one MPS client may take on a "
+           f"{model.key} ({size_text(usable)}): {gpus} whole GPU{'s' if gpus != 1 else ''} of its own per instance, "
+           "not shared; no MPS server runs there, so no pinned limit or thread percentage applies")
     return MpsAdvice(device, model.key, model.memory_capacity_bytes * gpus, model.sm_count * gpus, (client,),
-                     "dedicated", w.peak_memory_bytes, w.memory_need_bytes, 1, None, (),
-                     (f"larger than one GPU: {gpus} whole GPUs per instance, not shared",), gpus)
-
-
-def _curve(timelines, offsets, step, points: int = 200):
-    """Summed memory with offsets applied, down-sampled to at most ``points`` (t, bytes)."""
-    offsets = offsets or [0.0] * len(timelines)
-    shapes = [discretize(t, step) for t in timelines]
-    length = max(int(round(o / step)) + len(s) for o, s in zip(offsets, shapes))
-    total = np.zeros(length)
-    for o, s in zip(offsets, shapes):
-        k = int(round(o / step))
-        total[k:k + len(s)] += s
-    stride = max(1, math.ceil(length / points))
-    sampled = [(float(i * step), int(total[i:i + stride].max())) for i in range(0, length, stride)]
-    return tuple(sampled), int(total.max())
+                     "dedicated", w.peak_memory_bytes, w.memory_need_bytes, 1, None, (), (why,), gpus, 1,
+                     w.memory_need_bytes, None)

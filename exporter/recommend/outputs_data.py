@@ -7,6 +7,7 @@ import json
 import yaml
 
 from exporter.recommend.baselines import Baseline
+from exporter.recommend import mps, operator_objects
 from exporter.recommend.mps import MpsAdvice
 from exporter.recommend.mps_pack import gpus_needed
 from exporter.recommend.outputs_text import mig_sizes_lines
@@ -21,10 +22,17 @@ def _baseline(b: Baseline) -> dict:
 
 
 def advice_dict(a: MpsAdvice) -> dict:
+    shared = a.verdict != "dedicated"
     return {
         "device": a.device, "model": a.model, "gpus": a.gpus, "capacity_bytes": a.capacity_bytes, "sms": a.sms,
         "verdict": a.verdict, "sum_of_peaks_bytes": a.sum_of_peaks_bytes, "together_bytes": a.together_bytes,
         "max_concurrency": a.max_concurrency, "staggered_peak_bytes": a.staggered_peak_bytes,
+        # the basis of the verdict: usable = capacity - server; footprint = limits + contexts at one time
+        "server_bytes": mps.SERVER_BYTES if shared else 0,
+        "context_bytes_per_client": mps.CONTEXT_BYTES if shared else 0,
+        "usable_bytes": a.usable_bytes, "clients_at_once": a.clients_at_once,
+        "limits_sum_bytes": a.limits_sum_bytes, "footprint_bytes": a.footprint_bytes,
+        "room_left_bytes": a.room_left_bytes,
         "clients": [
             {
                 "workload": c.workload, "peak_bytes": c.peak_bytes, "margin_ratio": c.margin_ratio,
@@ -32,7 +40,7 @@ def advice_dict(a: MpsAdvice) -> dict:
                 "env": {
                     "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": c.pinned_limit,
                     "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(c.active_thread_percentage),
-                },
+                } if shared else None,
                 "start_offset_seconds": c.start_offset_seconds,
                 "duration_seconds": c.duration_seconds,
             }
@@ -59,12 +67,14 @@ def _gpu(g: GpuPlan) -> dict:
 def _plan(p: ModelPlan) -> dict:
     return {
         "model": p.model, "gpus_needed": p.gpus_needed, "gpus_mig_off": p.gpus_mig_off,
+        "gpus_per_node": p.gpus_per_node,
         "available_gpus": p.available_gpus,
         "summary": {"kept": p.kept, "reconfigured": p.reconfigured, "released": p.released, "added": p.added},
         "optimal": p.optimal, "peak_moment": p.peak_moment, "stranded_bytes": p.stranded_bytes,
         "compute_shortfall_sms": p.shortfall_sms, "groups_kept_as_now": list(p.groups_kept),
         "workloads": [{"name": w.name, "at_once": w.count, "need_bytes": w.need_bytes,
-                       "gpus_per_instance": w.gpus_per_instance, "slots_at_peak": w.slots or None}
+                       "gpus_per_instance": w.gpus_per_instance, "slots_at_peak": w.slots or None,
+                       "nodes_per_instance": -(-w.gpus_per_instance // p.gpus_per_node)}
                       for w in p.workloads],
         "baselines": {
             "best_homogeneous": _baseline(p.homogeneous),
@@ -92,6 +102,8 @@ def to_dict(rec: Recommendation) -> dict:
         "notes": list(rec.notes),
         "models": [_plan(p) for p in rec.plans],
         "shared_now": [advice_dict(a) for a in rec.shared_now],
+        # the GPU Operator objects, labels, rollout and per-owner settings (--format gpu-operator)
+        "gpu_operator": operator_objects.build(rec),
         "workloads": [
             {
                 "name": w.name, "gpu_model": w.gpu_model, "location": w.location or None,

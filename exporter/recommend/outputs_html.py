@@ -11,9 +11,11 @@ from __future__ import annotations
 from html import escape
 
 from exporter import catalog
-from exporter.recommend.mps import MpsAdvice
+from exporter.recommend.mps import MpsAdvice, size_text
 from exporter.recommend.mps_pack import gpus_needed
+from exporter.recommend import operator_objects as ops
 from exporter.recommend.outputs_migparted import label_safe
+from exporter.recommend.outputs_operator import MAX_NAMED, label_command, objects_yaml, owner_lines
 from exporter.recommend.outputs_text import basis_lines, duration, gib, plural
 from exporter.recommend.result import GpuPlan, ModelPlan, Recommendation
 from exporter.recommend.svg import colour, gpu_svg, legend_svg, stagger_svg
@@ -44,8 +46,11 @@ def _advice(a: MpsAdvice) -> str:
     )
     reasons = "".join(f"<li>{escape(r)}</li>" for r in a.reasons)
     return (f"<h3>{escape(a.device)}: {escape(a.verdict)}</h3>"
-            f"<p class='k'>peaks added up {gib(a.sum_of_peaks_bytes)}; at most {gib(a.together_bytes)} at one time, "
-            f"of {gib(a.capacity_bytes)}; any {a.max_concurrency} clients at once are safe</p>{stagger_svg(a)}"
+            f"<p class='k'>limits {gib(a.limits_sum_bytes)} in all; at most {gib(a.together_bytes)} and "
+            f"{plural(a.clients_at_once, 'client')} at one time; with contexts {gib(a.footprint_bytes)} of "
+            f"{gib(a.usable_bytes)} usable"
+            + ("" if a.room_left_bytes is None else f", {size_text(a.room_left_bytes)} left")
+            + f"; any {a.max_concurrency} clients at once are safe</p>{stagger_svg(a)}"
             "<table><tr><th>client</th><th>CUDA_MPS_PINNED_DEVICE_MEM_LIMIT</th>"
             f"<th>CUDA_MPS_ACTIVE_THREAD_PERCENTAGE</th><th>start offset</th></tr>{rows}</table>"
             f"<ul>{reasons}</ul>")
@@ -122,12 +127,48 @@ def _how_to_apply(rec: Recommendation) -> str:
         f"With the GPU operator: <code>kubectl label node {escape(example)} "
         f"nvidia.com/mig.config=node-{escape(label_safe(example))} --overwrite</code> (one config per node, "
         "listed at the top of mig.yaml; new nodes take the config named for their layout).",
+        "Or all of it on Kubernetes: <code>exporter recommend SAME INPUTS --format gpu-operator -o gpu-operator.yaml"
+        "</code>, <code>kubectl apply -f gpu-operator.yaml</code>, then the labels wave by wave as the rollout "
+        "below lists them (nodes left alone need none).",
         "Without it: copy mig.yaml to the node and run <code>nvidia-mig-parted apply -f mig.yaml -c "
         f"node-{escape(label_safe(example))}</code>.",
         "For MPS devices, set the client variables shown (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, "
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) and start offsets where given.",
     ]
     return "<h2>How to apply</h2><ol>" + "".join(f"<li>{s}</li>" for s in steps) + "</ol>"
+
+
+def _step_row(step: dict, label: dict) -> str:
+    seen = step["disrupted_workloads"]
+    named = ", ".join(seen[:MAX_NAMED]) + (f" and {len(seen) - MAX_NAMED} more" if len(seen) > MAX_NAMED else "")
+    serving = "; ".join(f"{m}: {c} of {step['peak_demand_gpus'][m]}" for m, c in step["capacity_gpus"].items())
+    flag = "" if step["capacity_kept"] else " <span class='reconfigure'>below the peak: do it outside the peak</span>"
+    gpus = ", ".join(f"gpu{i}" for i in step["gpus_reconfigured"])
+    return (f"<tr><td class='num'>{step['wave']}</td><td>{escape(step['node'])}</td><td>{escape(gpus)}</td>"
+            f"<td>{escape(named or 'none seen')}</td><td>{escape(serving)}{flag}</td>"
+            f"<td><code>{escape(label_command(label))}</code></td></tr>")
+
+
+def _operator(rec: Recommendation) -> str:
+    """The rollout wave by wave, per-owner settings and the objects to apply."""
+    objs = ops.build(rec)
+    plan = objs["rollout"]
+    labels = {e["node"]: e for e in objs["labels"]}
+    rows = "".join(_step_row(s, labels[s["node"]]) for s in plan["steps"])
+    new = "".join(f"<li>{n['gpus']} new GPUs: <code>{escape(ops.MIG_LABEL)}={escape(n[ops.MIG_LABEL])}</code>, "
+                  f"<code>{escape(ops.PLUGIN_LABEL)}={escape(n[ops.PLUGIN_LABEL])}</code> (first)</li>"
+                  for n in objs["new_nodes"])
+    alone = (f"<p class='k'>left alone (layout kept, no label change): {escape(', '.join(plan['left_alone']))}</p>"
+             if plan["left_alone"] else "")
+    owners = "".join(f"<li>{escape(line)}</li>" for line in owner_lines(objs))
+    notes = "".join(f"<li>{escape(n)}</li>" for n in objs["notes"])
+    return ("<h2>Rollout on Kubernetes (GPU Operator)</h2>"
+            f"<p class='k'>{escape(plan['basis'])}</p><ul>{new}</ul>"
+            + ("<table><tr><th>wave</th><th>node</th><th>GPUs reconfigured</th><th>GPU pods evicted (workloads)</th>"
+               f"<th>GPUs serving of the peak</th><th>label</th></tr>{rows}</table>" if rows else "")
+            + alone + (f"<h3>MPS settings per owner</h3><ul>{owners}</ul>" if owners else "")
+            + (f"<ul class='k'>{notes}</ul>" if notes else "")
+            + f"<h3>Objects to apply</h3><pre>{escape(objects_yaml(objs))}</pre>")
 
 
 def render_html(rec: Recommendation) -> str:
@@ -149,6 +190,7 @@ def render_html(rec: Recommendation) -> str:
         + f"<h2>Legend</h2>{legend_svg()}"
         + "".join(_plan(p) for p in rec.plans)
         + (f"<h2>Devices shared now</h2>{shared}" if shared else "")
+        + _operator(rec)
         + (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "")
         + "</body></html>\n"
     )

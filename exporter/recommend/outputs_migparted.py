@@ -53,6 +53,13 @@ def _mig_devices(gpu: GpuPlan) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def layout_text(gpu: GpuPlan) -> str:
+    """'MIG 3g.40gb + 2x1g.10gb' or 'MIG off': a layout described, never a config name."""
+    if not gpu.mig_enabled:
+        return "MIG off"
+    return "MIG " + " + ".join(p if n == 1 else f"{n}x{p}" for p, n in _mig_devices(gpu).items())
+
+
 def _layout_key(gpu: GpuPlan) -> tuple:
     return (gpu.mig_enabled, tuple(_mig_devices(gpu).items()) if gpu.mig_enabled else ())
 
@@ -69,8 +76,10 @@ def label_safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", text).strip("-_.")[:58].strip("-_.") or "node"
 
 
-def build(rec: Recommendation) -> tuple[dict, list[str]]:
-    """The mig-parted document and comment lines saying which node takes which config."""
+def build(rec: Recommendation, names: dict[str, str] | None = None, released: bool = True) -> tuple[dict, list[str]]:
+    """The mig-parted document and comment lines saying which node takes which config (``names``,
+    when given, receives node -> config name). ``released=False`` leaves released GPUs out of the
+    node configs (mig-parted then does not touch them: the GPU Operator output's least disruption)."""
     doc: dict = {"version": "v1", "mig-configs": {}}
     comments: list[str] = []
     new_configs: dict[str, dict[tuple, dict]] = defaultdict(dict)
@@ -84,9 +93,9 @@ def build(rec: Recommendation) -> tuple[dict, list[str]]:
                 slot = new_configs[gpu.config].setdefault(_layout_key(gpu), {"gpu": gpu, "filters": set(), "n": 0})
                 slot["filters"].update(device_ids(plan.model))
                 slot["n"] += 1
-            else:
+            elif released or gpu.change != "release":
                 per_node[gpu.node].append(gpu)
-    names: dict[str, str] = {}
+    names = {} if names is None else names
     for node in sorted(per_node):
         name = f"node-{label_safe(node)}"
         while name in names.values() or name in new_configs:
@@ -99,7 +108,9 @@ def build(rec: Recommendation) -> tuple[dict, list[str]]:
             _entry(gs[0], sorted(x.index for x in gs), device_ids(gs[0].model))
             for _, gs in sorted(groups.items(), key=lambda kv: min(x.index for x in kv[1]))
         ]
-        changes = ", ".join(f"gpu{g.index} {g.change} {g.config}" for g in sorted(per_node[node], key=lambda g: g.index))
+        # The layout in words, not a config name: only the configs this file defines are named.
+        changes = ", ".join(f"gpu{g.index} {g.change} {layout_text(g)}"
+                            for g in sorted(per_node[node], key=lambda g: g.index))
         comments.append(f"{node}: label nvidia.com/mig.config={name}  ({changes})")
         released = sorted(g.index for g in per_node[node] if g.change == "release")
         if released:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from exporter.recommend.mps import MpsAdvice
+from exporter.recommend.mps import MpsAdvice, size_text
 from exporter.recommend.mps_pack import gpus_needed
 from exporter.recommend.result import GpuPlan, ModelPlan, Recommendation
 
@@ -24,7 +24,7 @@ def gib(n: int | None) -> str:
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
-    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+    return f"{n} {word if n == 1 else (many or word + 's')}"  # one number format: no separators
 
 
 def duration(seconds: float) -> str:
@@ -126,14 +126,19 @@ def workload_rows(p: ModelPlan) -> list[tuple[str, ...]]:
 
 
 def advice_lines(a: MpsAdvice) -> list[str]:
-    head = (f"{a.device}: {a.verdict}; peaks added up {gib(a.sum_of_peaks_bytes)}, at most {gib(a.together_bytes)} "
-            f"at one time, of {gib(a.capacity_bytes)}"
-            + (f"; staggered peak {gib(a.staggered_peak_bytes)}" if a.staggered_peak_bytes else "")
-            + (f"; any {a.max_concurrency} at once are safe" if a.verdict != "dedicated" else ""))
+    if a.verdict == "dedicated":
+        head = (f"{a.device}: dedicated, {plural(a.gpus, 'whole GPU')} for {a.clients[0].workload} "
+                f"(needs {gib(a.footprint_bytes)} of {gib(a.capacity_bytes)}); no MPS, no limits")
+        return [head] + [f"    why: {r}" for r in a.reasons]
+    room = "" if a.room_left_bytes is None else f", {size_text(a.room_left_bytes)} left"
+    head = (f"{a.device}: {a.verdict}; limits {gib(a.limits_sum_bytes)} in all, at most {gib(a.together_bytes)} "
+            f"and {plural(a.clients_at_once, 'client')} at one time"
+            + (f"; staggered {gib(a.staggered_peak_bytes)} with contexts" if a.staggered_peak_bytes else
+               f"; with contexts {gib(a.footprint_bytes)}")
+            + f" of {gib(a.usable_bytes)} usable{room}"
+            + f"; any {a.max_concurrency} at once are safe")
     lines = [head]
     for c in a.clients:
-        if a.verdict == "dedicated":
-            continue
         start = "" if c.start_offset_seconds is None else f"  start +{c.start_offset_seconds:g}s"
         lines.append(f"    {c.workload}: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={c.pinned_limit} "
                      f"(peak {gib(c.peak_bytes)} + {c.margin_ratio:.0%}) "
@@ -220,8 +225,26 @@ def render_markdown(rec: Recommendation) -> str:
                 "|---|---|---|---|---|"]
         out += _md_clients(rec.shared_now)
         out += [""] + [f"- {a.device}: {a.verdict}: {'; '.join(a.reasons)}" for a in rec.shared_now] + [""]
+    out += _md_operator(rec)
     out += [f"> note: {n}" for n in rec.notes]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _md_operator(rec: Recommendation) -> list[str]:
+    """Rollout, per-owner settings and the objects to apply (what --format gpu-operator writes)."""
+    from exporter.recommend import operator_objects, outputs_operator
+
+    objs = operator_objects.build(rec)
+    out = ["## Rollout on Kubernetes (GPU Operator)", ""]
+    out += [f"- {line.strip()}" if not line.startswith("  ") else f"  - {line.strip()}"
+            for line in outputs_operator.rollout_lines(objs)]
+    if objs["owner_settings"]:
+        out += ["", "### MPS settings per owner", ""]
+        out += [f"- {line.strip()}" for line in outputs_operator.owner_lines(objs)]
+    out += [f"- note: {n}" for n in objs["notes"]]
+    out += ["", "### Objects to apply (`kubectl apply -f`)", "", "```yaml",
+            outputs_operator.objects_yaml(objs).rstrip(), "```", ""]
+    return out
 
 
 def _md_clients(advice) -> list[str]:
@@ -229,7 +252,8 @@ def _md_clients(advice) -> list[str]:
     for a in advice:
         for c in a.clients:
             if a.verdict == "dedicated":
-                rows.append(f"| {_md_escape(a.device)} | {_md_escape(c.workload)} | whole GPUs | - | - |")
+                rows.append(f"| {_md_escape(a.device)} | {_md_escape(c.workload)} | none: {a.gpus} whole GPUs "
+                            "of its own, no MPS | - | - |")
                 continue
             start = "-" if c.start_offset_seconds is None else f"+{c.start_offset_seconds:g} s"
             rows.append(f"| {_md_escape(a.device)} | {_md_escape(c.workload)} | `{c.pinned_limit}` | "

@@ -165,11 +165,13 @@ def _materialize(pb: _Problem, sol, peak, optimal, minimal, seconds, nrows) -> P
             free.setdefault(name, []).append((gi, si))
     stranded = sum(ms.uncovered_mib(g[0]) for g in gpus)
     shortfall = 0
+    # "name #k" whenever the workload ever has several instances at once, as the MPS advice numbers them
+    most = {it.name: int(np.max(it.counts)) for it in pb.items}
     for (ci, q), count in zip(pairs, x.astype(int)):
         name, _, _, sms, weight, _ = alive[ci]
         slot = ms.slots[q]
         need = _need_of(pb, name)
-        several = alive[ci][1] > 1
+        several = max(alive[ci][1], most.get(name, 0)) > 1
         for _ in range(count):
             number[name] = number.get(name, 0) + 1
             for part in range(weight):

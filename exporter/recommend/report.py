@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 from exporter import __version__, catalog
 from exporter.catalog import MIB, GpuModel
@@ -12,13 +13,12 @@ from exporter.errors import UserError
 from exporter.recommend import baselines, fleet_map, mps, mps_pack, planner
 from exporter.recommend.demand import Demand, SharedDevice, Workload
 from exporter.recommend.patterns import model_patterns
+from exporter.recommend.report_reasons import gpus_per_node, reasons, spans
 from exporter.recommend.result import GpuPlan, InstancePlan, ModelPlan, Recommendation, WorkloadPlan
 from exporter.recommend.slots import FULL, ModelSlots, model_slots
 
 GIB = 2**30
 GROUP = "group:"
-
-
 def group_by_model(demand: Demand) -> dict[str, list[Workload]]:
     """Workloads per target model: pinned ones to theirs, the others to every target."""
     targets = list(demand.targets) or sorted({g.model for g in demand.gpus})
@@ -67,7 +67,8 @@ def recommend(demand: Demand) -> Recommendation:
                    + ("; for an observed workload never above the smallest device it ran on without an OOM kill"
                       if observed else "") + "; MPS limits: peak + the same margin") if margins else ""
     return Recommendation(plans, shared_now, demand.workloads, demand.sources, tuple(dict.fromkeys(notes)),
-                          demand.basis, stamp(demand), __version__, margin_text)
+                          demand.basis, stamp(demand), __version__, margin_text,
+                          tuple((s.key, "mps" if s.mps else "time-slicing", s.concurrency) for s in demand.shared))
 
 
 def shared_advice(s: SharedDevice, demand: Demand) -> mps.MpsAdvice:
@@ -76,9 +77,13 @@ def shared_advice(s: SharedDevice, demand: Demand) -> mps.MpsAdvice:
     if s.counts is not None:
         alive = {n: c for n, c in s.counts.items() if n in by_name}
         clients = [(by_name[n], int(c.max())) for n, c in sorted(alive.items())]
-        # peaks without margins: the margin sizes each client's own limit, not what fits together
-        total = sum((by_name[n].peak_memory_bytes * c for n, c in alive.items()), 0)
-        together = int(total.max()) if alive else 0
+        # time-resolved: the limits (peak + margin) and contexts of the instances alive at each point
+        limits = sum((mps.limit_mib(by_name[n]) * MIB * c for n, c in alive.items()), 0)
+        count = sum((c for c in alive.values()), 0)
+        if alive:
+            return mps.advise(s.key, catalog.MODELS[s.model], s.capacity_bytes, s.sms, clients,
+                              together=int(limits.max()), at_once=int(count.max()),
+                              footprint=int((limits + count * mps.CONTEXT_BYTES).max()))
     else:
         clients = [(by_name[n], 1) for n in s.workloads if n in by_name]
     return mps.advise(s.key, catalog.MODELS[s.model], s.capacity_bytes, s.sms, clients, together=together)
@@ -135,10 +140,18 @@ def _instances(ms: ModelSlots, pg: planner.PlannedGpu, names: dict, groups: dict
             need, members, label = g.need_mib * MIB, tuple(sorted(g.members)), f"as now: {g.key}"
         elif who:
             w = names[_base_name(who)]
-            need = w.memory_need_bytes if " of " not in who else min(mem, w.memory_need_bytes)
+            parts = _parts(who)  # a model-parallel instance: an even share on each of its GPUs
+            need = -(-w.memory_need_bytes // parts)
             short = max(0, w.sms_on(model) - sms)
         out.append(InstancePlan(profile, start, msl, cs, mem, sms, label, need, short, members))
     return tuple(out)
+
+
+def _parts(label: str) -> int:
+    """GPUs of the instance an occupant label is part of ('big #2 (3 of 26 GPUs)' -> 26), else 1."""
+    if label.endswith(" GPUs)") and " of " in label:
+        return int(label[label.rindex(" of ") + 4:-len(" GPUs)")])
+    return 1
 
 
 def _base_name(label: str) -> str:
@@ -187,6 +200,9 @@ def plan_for_model(model: GpuModel, workloads: list[Workload], demand: Demand) -
     mig_off = sum(1 for pg in solution.gpus if pg.pattern[ms.full])
     homog, tried, greedy = _baselines(ms, items)
     alternative = tuple(mps_pack.pack(model, workloads, points)) if sum(w.count for w in workloads) > 1 else ()
+    per_node, per_node_basis = gpus_per_node(demand, model.key)
+    alternative = tuple(replace(a, reasons=a.reasons + (spans(a.gpus, per_node, per_node_basis),))
+                        if a.gpus > per_node else a for a in alternative)
     peak = demand.grid.times[solution.peak_index] if demand.grid is not None and demand.grid.times else None
     table = _workload_table(items, solution, names, groups, solution.peak_index)
     plan = ModelPlan(
@@ -197,10 +213,8 @@ def plan_for_model(model: GpuModel, workloads: list[Workload], demand: Demand) -
         stranded_bytes=sum(g.stranded_bytes for g in placed if g.change != "release"),
         shortfall_sms=solution.shortfall_sms, homogeneous=homog, homogeneous_tried=tuple(tried),
         greedy=greedy, mps=alternative, gpus=tuple(placed), solve_seconds=solution.solve_seconds,
-        time_rows=solution.rows, patterns=solution.patterns, peak_moment=peak, reasons=())
-    from dataclasses import replace
-
-    return replace(plan, reasons=tuple(_reasons(model, plan, workloads)))
+        time_rows=solution.rows, patterns=solution.patterns, peak_moment=peak, reasons=(), gpus_per_node=per_node)
+    return replace(plan, reasons=tuple(reasons(model, plan, workloads, (per_node, per_node_basis), shared_by_key)))
 
 
 def _homes(placed, names: dict[str, Workload], shared: dict[str, SharedDevice]) -> dict[str, set]:
@@ -260,41 +274,3 @@ def _baselines(ms: ModelSlots, items: list[planner.Item]):
     homog, tried = baselines.best_homogeneous(mp, needs)
     greedy, _ = baselines.greedy_first_fit(mp, needs)
     return homog, tried, greedy
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
-
-
-def _reasons(model: GpuModel, p: ModelPlan, workloads: list[Workload]) -> list[str]:
-    out = []
-    peaks = sum(w.count for w in workloads)
-    proof = "optimal" if p.optimal else "not proven optimal"
-    apart = f"; {peaks} if every workload's own peak came at once" if peaks > p.at_once else ""
-    out.append(f"{_plural(len(workloads), 'workload')}, at most {_plural(p.at_once, 'instance')} alive at one time"
-               f"{apart}: {_plural(p.gpus_needed, model.key + ' GPU')} "
-               f"({proof}; {p.patterns} layouts, {p.time_rows} binding time point"
-               f"{'s' if p.time_rows != 1 else ''})")
-    if p.gpus_mig_off:
-        out.append(f"MIG off on {_plural(p.gpus_mig_off, 'GPU')}: workloads too large for a MIG profile, "
-                   "or instances kept sharing a GPU as they do now")
-    for w in p.workloads:
-        if w.gpus_per_instance > 1:
-            bigger = [m.key for m in catalog.MODELS.values() if m.memory_capacity_bytes >= w.need_bytes]
-            out.append(f"{w.name} needs {w.need_bytes / GIB:.1f} GiB, more than one {model.key} "
-                       f"({model.memory_capacity_bytes / GIB:.1f} GiB): {w.gpus_per_instance} GPUs per instance "
-                       "with model parallelism" + (f", or one {' / '.join(bigger)}" if bigger else ""))
-    if p.groups_kept:
-        out.append("kept sharing as now (MPS / time-slicing): " + ", ".join(p.groups_kept))
-    if p.homogeneous.gpus is not None and model.mig_capable:
-        out.append(f"best single configuration {p.homogeneous.name}: {_plural(p.homogeneous.gpus, 'GPU')}; "
-                   f"greedy first-fit: {_plural(p.greedy.gpus, 'GPU')}")
-    if p.mps:
-        gpus = mps_pack.gpus_needed(list(p.mps))
-        staggered = sum(1 for a in p.mps if a.verdict == "stagger")
-        whole = sum(a.gpus for a in p.mps if a.verdict == "dedicated")
-        out.append(f"MPS alternative: {_plural(gpus, 'whole GPU')}"
-                   + (f", of which {whole} for workloads too large to share" if whole else "")
-                   + (f" ({staggered} need staggered starts)" if staggered else "")
-                   + "; MPS has no memory isolation and one client's fault ends all on the GPU")
-    return out

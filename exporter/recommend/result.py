@@ -75,6 +75,7 @@ class ModelPlan:
     patterns: int
     peak_moment: float | None  # grid time of the peak moment (None for a plan)
     reasons: tuple[str, ...]
+    gpus_per_node: int = 8  # the fleet's largest node of this model, or an 8-GPU node assumed
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,8 @@ class Recommendation:
     stamp: str  # "2025-01-31 12:00 UTC (window end)" or "undated plan"
     version: str
     margin_text: str  # how margins were applied, said once
+    # devices shared now: (key, "mps" | "time-slicing", most instances there at once)
+    sharing: tuple[tuple[str, str, int], ...] = ()
 
     def workload(self, name: str) -> Workload | None:
         return next((w for w in self.workloads if w.name == name), None)
