@@ -189,7 +189,7 @@ def rules_of(prom: Prometheus) -> dict[str, dict]:
     return {(r.get("name")): r for g in prom.rules() for r in g["rules"]}
 
 
-@pytest.mark.parametrize("which", ["shipped"])
+@pytest.mark.parametrize("which", ["shipped", "doubled"])
 def test_every_rule_evaluates_without_error(stack, which):
     """Every recording rule and alert of alerts/ runs on what the Operator's Prometheus stores: healthy in
     /api/v1/rules, and its expression answers a query (a many-to-many join would fail here)."""
@@ -200,6 +200,24 @@ def test_every_rule_evaluates_without_error(stack, which):
     for path in RULE_FILES:
         for name, expr in lint.rule_expressions(path):
             prom.query(expr)  # raises QueryError
+
+
+def test_doubled_scrape_stores_two_copies_and_the_accounting_rules_count_one(stack):
+    """Both monitors applied: every series is stored twice (the copies differ only in ``service``), yet the
+    recorded per-namespace rates are one series per namespace, as with one monitor (values within the
+    jitter of two Prometheus servers scraping at different moments, far from the doubled 2x)."""
+    doubled, shipped = stack["doubled"], stack["shipped"]
+    copies = doubled.query('count by (uuid) (gpushare_gpu_info)')
+    assert copies and all(s["value"][1] == "2" for s in copies)
+    at = time.time() - 1
+    for record in ("namespace:gpushare_memory_byte_seconds:rate5m", "namespace:gpushare_sm_seconds:rate5m"):
+        one = {s["metric"].get("namespace", ""): float(s["value"][1]) for s in shipped.query(record, time=at)}
+        two = [s for s in doubled.query(record, time=at)]
+        assert len(two) == len({s["metric"].get("namespace", "") for s in two}), record  # no copy left
+        two_values = {s["metric"].get("namespace", ""): float(s["value"][1]) for s in two}
+        assert set(two_values) == set(one), record
+        for namespace, value in one.items():
+            assert two_values[namespace] == pytest.approx(value, rel=0.2, abs=1e-3), (record, namespace)
 
 
 def test_recorded_accounting_names_the_workloads_namespaces(stack):
