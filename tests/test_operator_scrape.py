@@ -202,22 +202,36 @@ def test_every_rule_evaluates_without_error(stack, which):
             prom.query(expr)  # raises QueryError
 
 
+def per_copy(prom: Prometheus, expr: str, at: float) -> list[dict[str, float]]:
+    """``expr`` (with ``{copy}`` where the selector's matchers go) for the ServiceMonitor's and the PodMonitor's
+    stored copy separately, keyed by namespace."""
+    return [{s["metric"].get("namespace", ""): float(s["value"][1]) for s in prom.query(expr.format(copy=copy), time=at)}
+            for copy in ('service="gpushare-exporter"', 'service=""')]
+
+
+def counted_once(total: dict[str, float], copies: list[dict[str, float]]) -> None:
+    """``total`` per namespace is what one stored copy gives (max folds them; the copies, and a recording rule
+    evaluated a moment earlier, differ only by the moments each saw: within 25 %), not their sum (2x)."""
+    for namespace, value in total.items():
+        larger = max(c.get(namespace, 0.0) for c in copies)
+        assert 0.75 * larger - 1e-6 <= value <= 1.25 * larger + 1e-6, (namespace, value, copies)
+
+
 def test_doubled_scrape_stores_two_copies_and_the_accounting_rules_count_one(stack):
     """Both monitors applied: every series is stored twice (the copies differ only in ``service``), yet the
-    recorded per-namespace rates are one series per namespace, as with one monitor (values within the
-    jitter of two Prometheus servers scraping at different moments, far from the doubled 2x)."""
+    recorded per-namespace rates are one series per namespace with what one copy gives, not twice it."""
     doubled, shipped = stack["doubled"], stack["shipped"]
     copies = doubled.query('count by (uuid) (gpushare_gpu_info)')
     assert copies and all(s["value"][1] == "2" for s in copies)
     at = time.time() - 1
-    for record in ("namespace:gpushare_memory_byte_seconds:rate5m", "namespace:gpushare_sm_seconds:rate5m"):
-        one = {s["metric"].get("namespace", ""): float(s["value"][1]) for s in shipped.query(record, time=at)}
-        two = [s for s in doubled.query(record, time=at)]
+    for record, family in (("namespace:gpushare_memory_byte_seconds:rate5m", "gpushare_namespace_memory_byte_seconds_total"),
+                           ("namespace:gpushare_sm_seconds:rate5m", "gpushare_namespace_sm_seconds_total")):
+        two = doubled.query(record, time=at)
         assert len(two) == len({s["metric"].get("namespace", "") for s in two}), record  # no copy left
-        two_values = {s["metric"].get("namespace", ""): float(s["value"][1]) for s in two}
-        assert set(two_values) == set(one), record
-        for namespace, value in one.items():
-            assert two_values[namespace] == pytest.approx(value, rel=0.2, abs=1e-3), (record, namespace)
+        assert {s["metric"].get("namespace", "") for s in two} == {
+            s["metric"].get("namespace", "") for s in shipped.query(record, time=at)}
+        total = {s["metric"].get("namespace", ""): float(s["value"][1]) for s in two}
+        counted_once(total, per_copy(doubled, "sum by (namespace) (rate(" + family + "{{{copy}}}[5m]))", at))
 
 
 def test_recorded_accounting_names_the_workloads_namespaces(stack):
@@ -230,33 +244,74 @@ def test_recorded_accounting_names_the_workloads_namespaces(stack):
     assert pods - {("", "")} and pods - {("", "")} <= WORKLOAD_PODS
 
 
-def test_per_namespace_billing_query_bills_the_workloads(stack):
+BILL = "sum by (namespace) (max by (namespace, uuid) (increase(gpushare_namespace_sm_seconds_total[30d])))"
+
+
+def test_per_namespace_billing_query_bills_the_workloads_once(stack):
     """docs/kubernetes.md's month bill, run as written: one row per workload namespace that used SM time
-    (the unattributed row is namespace ""), never the exporter's namespace, same namespaces as /metrics."""
+    (the unattributed row is namespace ""), never the exporter's namespace, the same namespaces as /metrics;
+    with both monitors applied the same bill (the plain sum by (namespace) would double it)."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    assert BILL in (REPO / "docs" / "kubernetes.md").read_text().replace("\n    ", " ")
     page = stack["exporter"].metrics()
     served = {s.labels["namespace"] for f in text_string_to_metric_families(page) for s in f.samples
               if s.name == "gpushare_namespace_sm_seconds_total"}
-    billed = stack["shipped"].query("sum by (namespace) (increase(gpushare_namespace_sm_seconds_total[30d]))")
-    assert {s["metric"].get("namespace", "") for s in billed} == served
-    assert "gpushare-exporter" not in served
+    at = time.time() - 1
+    one = {s["metric"].get("namespace", ""): float(s["value"][1]) for s in stack["shipped"].query(BILL, time=at)}
+    assert set(one) == served and "gpushare-exporter" not in served
+    two = {s["metric"].get("namespace", ""): float(s["value"][1]) for s in stack["doubled"].query(BILL, time=at)}
+    assert set(two) == set(one)
+    copies = per_copy(stack["doubled"], "sum by (namespace) (increase(gpushare_namespace_sm_seconds_total{{{copy}}}[30d]))", at)
+    counted_once(two, copies)
+    naive = stack["doubled"].query("sum by (namespace) (increase(gpushare_namespace_sm_seconds_total[30d]))", time=at)
+    busy = max(one, key=one.get)
+    assert {s["metric"].get("namespace", ""): float(s["value"][1]) for s in naive}[busy] > 1.6 * two[busy]
+
+
+ALL = {"cluster": ".*", "job": ".*", "instance": ".*", "gpu": ".*"}
+# Panels whose numbers follow the processes from one scrape to the next (a query of each Prometheus sees
+# a different moment): compared for shape (same rows), not value.
+MOVING = ("SM time by namespace", "Memory held by namespace", "Energy by namespace", "Failed NVML calls")
+
+
+def dashboard_answers(prom: Prometheus, at: float) -> dict[tuple[str, str, str], list[tuple[tuple, float]]]:
+    """Every panel query of dashboards/json with All selected, at ``at``: (rows' labels, value) sorted."""
+    out = {}
+    for uid, board in lint.load_dashboards(REPO / "dashboards" / "json").items():
+        for target in lint.targets(board):
+            expr = lint.interpolate(target.expr, ALL, "5m", "4s")
+            rows = prom.query(expr, time=at)  # raises QueryError (many-to-many, bad PromQL)
+            out[(uid, target.panel, target.ref_id)] = sorted(
+                (tuple(sorted(r["metric"].items())), float(r["value"][1])) for r in rows)
+    return out
 
 
 def test_every_dashboard_query_runs_and_namespace_panels_name_workloads(stack):
     """Every panel query of dashboards/json, with All selected, answers without error on the Operator's
     Prometheus; the namespace panels show workload namespaces (and "(unattributed)"), not the exporter's."""
-    prom = stack["shipped"]
-    boards = lint.load_dashboards(REPO / "dashboards" / "json")
-    shown = set()
-    for board in boards.values():
-        for target in lint.targets(board):
-            variables = {"job": ".*", "instance": ".*", "gpu": ".*", "cluster": ".*"}
-            expr = lint.interpolate(target.expr, variables, "5m", "4s")
-            result = prom.query(expr)
-            if "by namespace" in target.panel or "by (namespace)" in target.expr:
-                shown |= {s["metric"].get("namespace") for s in result}
+    answers = dashboard_answers(stack["shipped"], time.time() - 1)
+    shown = {dict(labels).get("namespace") for (uid, panel, _), rows in answers.items() if "by namespace" in panel
+             for labels, _ in rows}
     assert shown - {"(unattributed)", None} and shown - {"(unattributed)", None} <= WORKLOAD_NAMESPACES
+
+
+def test_dashboards_give_the_same_counts_and_rows_with_every_gpu_scraped_twice(stack):
+    """With both monitors applied every query still runs (no many-to-many join) and the fleet's stat panels
+    count each GPU, MIG instance, process, MPS server and exporter once: the same numbers as one monitor."""
+    at = time.time() - 1
+    one, two = dashboard_answers(stack["shipped"], at), dashboard_answers(stack["doubled"], at)
+    stats = {k: v for k, v in one.items() if k[0] in ("gpushare-fleet", "gpushare-mig", "gpushare-mps")
+             and k[1] in ("GPUs", "GPUs lost", "MIG instances", "Exporters", "GPUs by sharing mode", "GPU instances",
+                          "GPU instances by profile", "MPS servers", "Free capacity by profile")}
+    assert len(stats) == 9 and all(stats.values())
+    for key, rows in stats.items():
+        assert two[key] == rows, key
+    for key in ("SM time by namespace", "Memory held by namespace"):
+        (k,) = [k for k in one if k[0] == "gpushare-fleet" and k[1] == key]
+        assert [labels for labels, _ in two[k]] == [labels for labels, _ in one[k]], key
+        for (_, a), (_, b) in zip(one[k], two[k]):
+            assert b == pytest.approx(a, rel=0.5, abs=1e-3), key  # doubling would be 2x
 
 
 def recommend_json(url: str, started: float) -> dict:
