@@ -329,3 +329,15 @@ def test_recommend_reads_the_workloads_from_the_operator_prometheus(stack):
     names = {w["name"] for m in data["models"] for w in m["workloads"]}
     assert {"k8s:serving/llm/vllm", "k8s:research/notebook/jupyter"} <= names
     assert {g["node"] for m in data["models"] for g in m["gpus"]} == {NODE}
+
+
+def plan_summary(data: dict) -> dict:
+    return {m["model"] if "model" in m else i: ({w["name"]: w["at_once"] for w in m["workloads"]}, m["gpus_needed"])
+            for i, m in enumerate(data["models"])}
+
+
+def test_recommend_plans_the_same_with_every_gpu_scraped_twice(stack):
+    """Each running instance of a workload counted once, however many copies Prometheus stores."""
+    one = recommend_json(stack["shipped"].url, stack["started"])
+    two = recommend_json(stack["doubled"].url, stack["started"])
+    assert plan_summary(two) == plan_summary(one)
