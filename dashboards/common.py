@@ -96,6 +96,12 @@ def once(expr: str, by: str) -> str:
     return f"max by ({by}) ({expr})"
 
 
+def one_of_each(expr: str, by: str) -> str:
+    """One series of ``expr`` per ``by`` label set, labels kept: for an info series whose other labels
+    (``sharing``) the stored copies may disagree on for a scrape after a change."""
+    return f"topk by ({by}) (1, {expr})"
+
+
 def count_once(expr: str, by: str) -> str:
     """How many distinct ``by`` label sets ``expr`` has: each GPU (``uuid``), instance or process once,
     however many times it is stored."""
@@ -122,7 +128,7 @@ def with_gpu_identity(expr: str) -> str:
     """``expr`` with the GPU's name and sharing mode added from gpushare_gpu_info."""
     gpu = f"{SOURCE}, gpu, uuid"
     return (f"{once(expr, gpu)} * on(job, instance, uuid) group_left(name, sharing) "
-            f"{once(sel('gpushare_gpu_info'), f'{SOURCE}, uuid, name, sharing')}")
+            f"{one_of_each(sel('gpushare_gpu_info'), 'job, instance, uuid')}")
 
 
 LINKS = ({"asDropdown": False, "icon": "external link", "includeVars": True, "keepTime": True,

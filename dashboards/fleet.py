@@ -5,7 +5,7 @@ from __future__ import annotations
 from dashboards.common import (
     ACTIVITY_SOURCE, EXPORTER, FLEET_VARIABLES, GPU_LEGEND, LINKS, MIG_LEGEND, NO_ACTIVITY, NO_EXPORTER, NO_FORECAST,
     INSTANCE_LABELS, NO_GPU, NO_MIG, NO_MPS, NO_POD, TREND_DESCRIPTION, TREND_TITLE, GiB, busy_ratio, count_once,
-    new_in, on_shared_gpus, once, sel, usable_gpu_memory, with_gpu_identity,
+    new_in, on_shared_gpus, once, one_of_each, sel, usable_gpu_memory, with_gpu_identity,
 )
 from dashboards.grafana import Column, Dashboard, Panel, Query, Row
 
@@ -33,7 +33,7 @@ inventory = Row("Fleet: what GPUs are there and how is each one shared?", (
           width=6, height=4, thresholds=((1, "orange"),), no_value="0",
           description="Firing gpushare alerts by severity (load alerts/*.yml into Prometheus)."),
     Panel("GPUs by sharing mode", "piechart", "short",
-          (Query(f"count by (sharing) ({once(sel('gpushare_gpu_info'), 'uuid, sharing')})", "{{sharing}}"),), width=8, no_value=NO_GPU,
+          (Query(f"count by (sharing) ({one_of_each(sel('gpushare_gpu_info'), 'uuid')})", "{{sharing}}"),), width=8, no_value=NO_GPU,
           description="exclusive: one process; time_slicing: several without MPS; mps; mig; mig+mps; idle."),
     Panel("GPUs now", "table", "bytes", (
         Query(with_gpu_identity(sel("gpushare_gpu_memory_used_bytes"))),

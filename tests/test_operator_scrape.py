@@ -11,7 +11,9 @@ exporter. Three real Prometheus servers scrape it with the configuration the Ope
   ServiceMonitor as most exporters ship theirs (no honorLabels), with honorLabels alone, the
   shipped one under a Prometheus with ``overrideHonorLabels``, and podmonitor.yaml;
 - ``doubled``: servicemonitor.yaml and podmonitor.yaml both applied (every GPU scraped twice), with
-  the rules, as a cluster's Prometheus with an external ``cluster`` label.
+  the rules, as a cluster's Prometheus with an external ``cluster`` label;
+- ``twojobs``: two plain static jobs on the same exporter (a hand-written job beside another), with the
+  rules: the copies differ in ``job``.
 """
 
 from __future__ import annotations
@@ -74,13 +76,16 @@ def stack():
         doubled = stack.enter_context(Prometheus(
             {}, scrape_configs=osc.shipped_jobs(pod, monitors=("servicemonitor.yaml", "podmonitor.yaml")),
             rule_files=RULE_FILES, external_labels={"cluster": "eu-1"}))
-        for prom in (shipped, variants, doubled):
+        twojobs = stack.enter_context(Prometheus({"gpushare": [exporter.target], "gpushare-again": [exporter.target]},
+                                                 rule_files=RULE_FILES))
+        for prom in (shipped, variants, doubled, twojobs):
             prom.wait_for("gpushare_pod_sm_seconds_total", timeout=60)
         # Rates over [5m] need two samples and the accounting counters a few polls; a few evaluations.
-        shipped.wait_for("namespace:gpushare_sm_seconds:rate5m", timeout=60)
-        doubled.wait_for("namespace:gpushare_sm_seconds:rate5m", timeout=60)
+        for prom in (shipped, doubled, twojobs):
+            prom.wait_for("namespace:gpushare_sm_seconds:rate5m", timeout=60)
         time.sleep(3)
-        yield {"started": started, "exporter": exporter, "shipped": shipped, "variants": variants, "doubled": doubled}
+        yield {"started": started, "exporter": exporter, "shipped": shipped, "variants": variants, "doubled": doubled,
+               "twojobs": twojobs}
 
 
 def series(prom: Prometheus, expr: str) -> list[dict]:
@@ -189,7 +194,7 @@ def rules_of(prom: Prometheus) -> dict[str, dict]:
     return {(r.get("name")): r for g in prom.rules() for r in g["rules"]}
 
 
-@pytest.mark.parametrize("which", ["shipped", "doubled"])
+@pytest.mark.parametrize("which", ["shipped", "doubled", "twojobs"])
 def test_every_rule_evaluates_without_error(stack, which):
     """Every recording rule and alert of alerts/ runs on what the Operator's Prometheus stores: healthy in
     /api/v1/rules, and its expression answers a query (a many-to-many join would fail here)."""
@@ -202,25 +207,31 @@ def test_every_rule_evaluates_without_error(stack, which):
             prom.query(expr)  # raises QueryError
 
 
-def per_copy(prom: Prometheus, expr: str, at: float) -> list[dict[str, float]]:
-    """``expr`` (with ``{copy}`` where the selector's matchers go) for the ServiceMonitor's and the PodMonitor's
-    stored copy separately, keyed by namespace."""
+# Matchers that select each stored copy alone.
+COPIES = {"doubled": ('service="gpushare-exporter"', 'service=""'), "twojobs": ('job="gpushare"', 'job="gpushare-again"')}
+DOUBLED = pytest.mark.parametrize("which", sorted(COPIES))
+
+
+def per_copy(prom: Prometheus, which: str, expr: str, at: float) -> list[dict[str, float]]:
+    """``expr`` (with ``{copy}`` where the selector's matchers go) for each stored copy alone, by namespace."""
     return [{s["metric"].get("namespace", ""): float(s["value"][1]) for s in prom.query(expr.format(copy=copy), time=at)}
-            for copy in ('service="gpushare-exporter"', 'service=""')]
+            for copy in COPIES[which]]
 
 
 def counted_once(total: dict[str, float], copies: list[dict[str, float]]) -> None:
-    """``total`` per namespace is what one stored copy gives (max folds them; the copies, and a recording rule
-    evaluated a moment earlier, differ only by the moments each saw: within 25 %), not their sum (2x)."""
+    """``total`` per namespace is what one stored copy gives (max folds them per GPU, so at least the larger
+    copy's sum; the copies differ only by the moments each scrape saw), not their sum (2x)."""
     for namespace, value in total.items():
         larger = max(c.get(namespace, 0.0) for c in copies)
-        assert 0.75 * larger - 1e-6 <= value <= 1.25 * larger + 1e-6, (namespace, value, copies)
+        assert larger * (1 - 1e-9) - 1e-9 <= value <= 1.25 * larger + 1e-6, (namespace, value, copies)
 
 
-def test_doubled_scrape_stores_two_copies_and_the_accounting_rules_count_one(stack):
-    """Both monitors applied: every series is stored twice (the copies differ only in ``service``), yet the
-    recorded per-namespace rates are one series per namespace with what one copy gives, not twice it."""
-    doubled, shipped = stack["doubled"], stack["shipped"]
+@DOUBLED
+def test_doubled_scrape_stores_two_copies_and_the_accounting_rules_count_one(stack, which):
+    """Both monitors applied, or two jobs: every series is stored twice (the copies differ only in ``service``
+    or ``job``), yet the recorded per-namespace rates are one series per namespace with what one copy gives,
+    not twice it."""
+    doubled, shipped = stack[which], stack["shipped"]
     copies = doubled.query('count by (uuid) (gpushare_gpu_info)')
     assert copies and all(s["value"][1] == "2" for s in copies)
     at = time.time() - 1
@@ -231,7 +242,10 @@ def test_doubled_scrape_stores_two_copies_and_the_accounting_rules_count_one(sta
         assert {s["metric"].get("namespace", "") for s in two} == {
             s["metric"].get("namespace", "") for s in shipped.query(record, time=at)}
         total = {s["metric"].get("namespace", ""): float(s["value"][1]) for s in two}
-        counted_once(total, per_copy(doubled, "sum by (namespace) (rate(" + family + "{{{copy}}}[5m]))", at))
+        # The copies read at the moment the rule was evaluated (its sample's timestamp): the same data it saw.
+        evaluated = float(doubled.query(f"max(timestamp({record}))", time=at)[0]["value"][1])
+        counted_once(total, per_copy(doubled, which, "sum by (namespace) (rate(" + family + "{{{copy}}}[5m]))",
+                                     evaluated))
 
 
 def test_recorded_accounting_names_the_workloads_namespaces(stack):
@@ -247,7 +261,8 @@ def test_recorded_accounting_names_the_workloads_namespaces(stack):
 BILL = "sum by (namespace) (max by (namespace, uuid) (increase(gpushare_namespace_sm_seconds_total[30d])))"
 
 
-def test_per_namespace_billing_query_bills_the_workloads_once(stack):
+@DOUBLED
+def test_per_namespace_billing_query_bills_the_workloads_once(stack, which):
     """docs/kubernetes.md's month bill, run as written: one row per workload namespace that used SM time
     (the unattributed row is namespace ""), never the exporter's namespace, the same namespaces as /metrics;
     with both monitors applied the same bill (the plain sum by (namespace) would double it)."""
@@ -260,11 +275,11 @@ def test_per_namespace_billing_query_bills_the_workloads_once(stack):
     at = time.time() - 1
     one = {s["metric"].get("namespace", ""): float(s["value"][1]) for s in stack["shipped"].query(BILL, time=at)}
     assert set(one) == served and "gpushare-exporter" not in served
-    two = {s["metric"].get("namespace", ""): float(s["value"][1]) for s in stack["doubled"].query(BILL, time=at)}
+    two = {s["metric"].get("namespace", ""): float(s["value"][1]) for s in stack[which].query(BILL, time=at)}
     assert set(two) == set(one)
-    copies = per_copy(stack["doubled"], "sum by (namespace) (increase(gpushare_namespace_sm_seconds_total{{{copy}}}[30d]))", at)
+    copies = per_copy(stack[which], which, "sum by (namespace) (increase(gpushare_namespace_sm_seconds_total{{{copy}}}[30d]))", at)
     counted_once(two, copies)
-    naive = stack["doubled"].query("sum by (namespace) (increase(gpushare_namespace_sm_seconds_total[30d]))", time=at)
+    naive = stack[which].query("sum by (namespace) (increase(gpushare_namespace_sm_seconds_total[30d]))", time=at)
     busy = max(one, key=one.get)
     assert {s["metric"].get("namespace", ""): float(s["value"][1]) for s in naive}[busy] > 1.6 * two[busy]
 
@@ -296,22 +311,32 @@ def test_every_dashboard_query_runs_and_namespace_panels_name_workloads(stack):
     assert shown - {"(unattributed)", None} and shown - {"(unattributed)", None} <= WORKLOAD_NAMESPACES
 
 
-def test_dashboards_give_the_same_counts_and_rows_with_every_gpu_scraped_twice(stack):
+@DOUBLED
+def test_dashboards_give_the_same_counts_and_rows_with_every_gpu_scraped_twice(stack, which):
     """With both monitors applied every query still runs (no many-to-many join) and the fleet's stat panels
     count each GPU, MIG instance, process, MPS server and exporter once: the same numbers as one monitor."""
     at = time.time() - 1
-    one, two = dashboard_answers(stack["shipped"], at), dashboard_answers(stack["doubled"], at)
+    one, two = dashboard_answers(stack["shipped"], at), dashboard_answers(stack[which], at)
     stats = {k: v for k, v in one.items() if k[0] in ("gpushare-fleet", "gpushare-mig", "gpushare-mps")
              and k[1] in ("GPUs", "GPUs lost", "MIG instances", "Exporters", "GPUs by sharing mode", "GPU instances",
                           "GPU instances by profile", "MPS servers", "Free capacity by profile")}
     assert len(stats) == 9 and all(stats.values())
     for key, rows in stats.items():
-        assert two[key] == rows, key
-    for key in ("SM time by namespace", "Memory held by namespace"):
+        if key[1] == "GPUs by sharing mode":  # a GPU's mode follows its processes: each Prometheus saw another moment
+            assert sum(v for _, v in two[key]) == sum(v for _, v in rows), key
+        else:
+            assert two[key] == rows, key
+    # The namespace rows: the same namespaces; each workload namespace runs on one GPU here, so its row is
+    # exactly the larger copy's value at that moment (the sum of both would be the doubling).
+    for key, family in (("SM time by namespace", "gpushare_namespace_sm_seconds_total"),
+                        ("Memory held by namespace", "gpushare_namespace_memory_byte_seconds_total")):
         (k,) = [k for k in one if k[0] == "gpushare-fleet" and k[1] == key]
         assert [labels for labels, _ in two[k]] == [labels for labels, _ in one[k]], key
-        for (_, a), (_, b) in zip(one[k], two[k]):
-            assert b == pytest.approx(a, rel=0.5, abs=1e-3), key  # doubling would be 2x
+        copies = per_copy(stack[which], which, f"sum by (namespace) (rate({family}{{{{{{copy}}}}}}[4s]))", at)
+        for labels, value in two[k]:
+            namespace = dict(labels)["namespace"]
+            if namespace != "(unattributed)":
+                assert value == pytest.approx(max(c.get(namespace, 0.0) for c in copies), rel=1e-9), (key, namespace)
 
 
 def recommend_json(url: str, started: float) -> dict:
@@ -336,8 +361,9 @@ def plan_summary(data: dict) -> dict:
             for i, m in enumerate(data["models"])}
 
 
-def test_recommend_plans_the_same_with_every_gpu_scraped_twice(stack):
+@DOUBLED
+def test_recommend_plans_the_same_with_every_gpu_scraped_twice(stack, which):
     """Each running instance of a workload counted once, however many copies Prometheus stores."""
     one = recommend_json(stack["shipped"].url, stack["started"])
-    two = recommend_json(stack["doubled"].url, stack["started"])
+    two = recommend_json(stack[which].url, stack["started"])
     assert plan_summary(two) == plan_summary(one)
