@@ -153,6 +153,7 @@ def load_prometheus(url: str, window: str, *, node_label: str = "instance", at: 
     if not fleet.models:
         raise UserError(f"--prometheus {client.url}: no gpushare_gpu_info series in the last {window}: "
                         "is the exporter scraped?")
+    _refuse_nodes_named_alike_in_clusters(hist, client.url)
     chunks = fleet.chunks(CHUNK_NODES)
     bar = Progress(2 * len(chunks) + 1, f"prometheus {len(fleet.nodes)} nodes", progress_stream, progress)
     for nodes in chunks:
@@ -171,6 +172,21 @@ def load_prometheus(url: str, window: str, *, node_label: str = "instance", at: 
                  f"{len(fleet.nodes)} node{'s' if len(fleet.nodes) != 1 else ''}, {client.requests} queries)")
     return prometheus_demand.to_demand(fleet, hist, margin=margin, quantile=fleet_quantile(quantile),
                                       min_window=min_window)
+
+
+def _refuse_nodes_named_alike_in_clusters(hist: History, url: str) -> None:
+    """A Thanos Query or Mimir holding several clusters (external label ``cluster``) whose nodes share a
+    name (node names like gpu-node-1 repeat from cluster to cluster): planning them as one node would
+    merge their GPUs, so say so instead."""
+    L = hist.node_label
+    if L == "cluster":
+        return
+    rows = hist.instant(f"count by ({L}) (count by (cluster, {L}) (last_over_time(gpushare_gpu_info[{hist.w}]))) > 1")
+    names = sorted({s.get("metric", {}).get(L, "") for s in rows})
+    if names:
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        raise UserError(f"--prometheus {url}: {L} {shown} reports in several clusters (label cluster): give "
+                        f"--node-label a label unique across clusters, or query one cluster's data")
 
 
 def fleet_quantile(q: float | None) -> float:
