@@ -12,11 +12,12 @@ from pathlib import Path
 
 import yaml
 
-from dashboards.common import EXPORTER, FLEET_VARIABLES, INSTANCE_LABELS, LINKS, MPS_SHARING, sel
+from dashboards.common import EXPORTER, FLEET_VARIABLES, INSTANCE_LABELS, LINKS, MPS_SHARING, SOURCE, once, sel
 from dashboards.grafana import Column, Dashboard, Panel, Query, Row
 
 REPO = Path(__file__).resolve().parent.parent
 ADVICE_RULES = REPO / "alerts" / "gpushare-advice.yml"
+MIG_PEAK_USED = f"max_over_time({sel('gpushare_mig_memory_used_bytes')}[$__range])"
 RUNBOOKS = REPO / "docs" / "runbooks.md"
 LABEL_TEMPLATE = re.compile(r"\{\{\s*\$labels\.(\w+)\s*\}\}")
 VALUE_TEMPLATE = re.compile(r"\{\{\s*\$value[^}]*\}\}")
@@ -86,8 +87,9 @@ evidence = Row("Evidence: where is capacity wasted or at risk, over the selected
         no_value="no GPU held by one process", description="GpuUnderusedExclusive: under 20 % busy and under half the memory for 6 hours; share it. Red at "
                     "100 %: the GPU was busy all the time or its memory full."),
     Panel("MIG instances: peak memory and compute", "table", "percentunit", (
-        Query(f"max_over_time({sel('gpushare_mig_memory_used_bytes')}[$__range]) / on(job, instance, uuid, gi) "
-              f"{sel('gpushare_mig_memory_total_bytes')}"),
+        Query(f"{once(MIG_PEAK_USED, f'{SOURCE}, gpu, uuid, gi, profile')}"
+              f" / on(job, instance, uuid, gi) group_left() "
+              f"{once(sel('gpushare_mig_memory_total_bytes'), 'job, instance, uuid, gi')}"),
         Query(f"max_over_time({sel('gpushare_mig_sm_active_ratio')}[$__range])"),
         Query(f"avg_over_time({sel('gpushare_mig_sm_active_ratio')}[$__range])"),
     ), columns=(Column("Peak memory used", "percentunit", colored=True),

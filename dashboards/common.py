@@ -1,28 +1,37 @@
 """Variables, label selectors and PromQL fragments shared by the gpushare dashboards.
 
 Every query filters on the dashboard variables through regex matchers (``=~"$job"``), so the
-same text works for one value, several, or All (``allValue`` ``.*``). Series are joined
-``on(job, instance, uuid, ...)``: a GPU UUID is unique, but the same exporter scraped by two
-jobs would otherwise collide.
+same text works for one value, several, or All (``allValue`` ``.*``, which also matches series
+without the label: ``cluster`` exists only where Thanos, Mimir or federation adds a Prometheus's
+external labels). Series are joined ``on(job, instance, uuid, ...)``: a GPU UUID is unique, but the
+same exporter scraped by two jobs would otherwise collide. A GPU can also be stored twice within one
+job (a ServiceMonitor and a PodMonitor both applied: the copies differ in ``service``), so the "one"
+side of every join is folded with ``max by`` (:func:`once`) and counts and sums over the fleet count
+each GPU, MIG instance, process or exporter once (:func:`count_once`), never each stored copy.
 """
 
 from __future__ import annotations
 
 from dashboards.grafana import Variable
 
-JOB = Variable("job", "Job", "gpushare_exporter_build_info")
-INSTANCE = Variable("instance", "Exporter", "gpushare_exporter_build_info", 'job=~"$job"')
-GPU = Variable("gpu", "GPU", "gpushare_gpu_info", 'job=~"$job", instance=~"$instance"')
-FLEET_VARIABLES = (JOB, INSTANCE, GPU)
-# The GPU detail dashboard shows one GPU of one exporter.
+CLUSTER = Variable("cluster", "Cluster", "gpushare_exporter_build_info")
+JOB = Variable("job", "Job", "gpushare_exporter_build_info", 'cluster=~"$cluster"')
+INSTANCE = Variable("instance", "Exporter", "gpushare_exporter_build_info", 'cluster=~"$cluster", job=~"$job"')
+GPU = Variable("gpu", "GPU", "gpushare_gpu_info", 'cluster=~"$cluster", job=~"$job", instance=~"$instance"')
+FLEET_VARIABLES = (CLUSTER, JOB, INSTANCE, GPU)
+# The GPU detail dashboard shows one GPU of one exporter (of any cluster: node names repeat across clusters
+# only where the clusters do, and the cluster variable narrows them).
 ONE_GPU_VARIABLES = (
-    Variable("job", "Job", "gpushare_exporter_build_info", multi=False),
-    Variable("instance", "Exporter", "gpushare_exporter_build_info", 'job=~"$job"', multi=False),
-    Variable("gpu", "GPU", "gpushare_gpu_info", 'job=~"$job", instance=~"$instance"', multi=False),
+    CLUSTER,
+    Variable("job", "Job", "gpushare_exporter_build_info", 'cluster=~"$cluster"', multi=False),
+    Variable("instance", "Exporter", "gpushare_exporter_build_info", 'cluster=~"$cluster", job=~"$job"', multi=False),
+    Variable("gpu", "GPU", "gpushare_gpu_info", 'cluster=~"$cluster", job=~"$job", instance=~"$instance"', multi=False),
 )
 
-EXPORTER = 'job=~"$job", instance=~"$instance"'
-SELECTED = 'job=~"$job", instance=~"$instance", gpu=~"$gpu"'
+EXPORTER = 'cluster=~"$cluster", job=~"$job", instance=~"$instance"'
+SELECTED = 'cluster=~"$cluster", job=~"$job", instance=~"$instance", gpu=~"$gpu"'
+# What identifies a series' source across stored copies: the exporter (cluster, job, instance).
+SOURCE = "cluster, job, instance"
 # Regex classes instead of backslash escapes: the text goes through JSON, Grafana and PromQL unchanged.
 MPS_SHARING = 'sharing=~"mps|mig[+]mps"'
 SHARED_GPU = 'sharing=~"mps|time_slicing"'
@@ -82,6 +91,23 @@ def busy_ratio(scope: str = SELECTED) -> str:
     return f"({sm} or on(job, instance, uuid) {sel('gpushare_gpu_utilization_ratio', scope=scope)})"
 
 
+def once(expr: str, by: str) -> str:
+    """``expr`` with the stored copies of each series (same ``by`` labels) folded to one."""
+    return f"max by ({by}) ({expr})"
+
+
+def one_of_each(expr: str, by: str) -> str:
+    """One series of ``expr`` per ``by`` label set, labels kept: for an info series whose other labels
+    (``sharing``) the stored copies may disagree on for a scrape after a change."""
+    return f"topk by ({by}) (1, {expr})"
+
+
+def count_once(expr: str, by: str) -> str:
+    """How many distinct ``by`` label sets ``expr`` has: each GPU (``uuid``), instance or process once,
+    however many times it is stored."""
+    return f"count(count by ({by}) ({expr}))"
+
+
 def sel(metric: str, *matchers: str, scope: str = SELECTED) -> str:
     """``metric{<dashboard selection>, <matchers>}``."""
     return f"{metric}{{{', '.join((scope,) + matchers)}}}"
@@ -100,7 +126,9 @@ def on_shared_gpus(expr: str) -> str:
 
 def with_gpu_identity(expr: str) -> str:
     """``expr`` with the GPU's name and sharing mode added from gpushare_gpu_info."""
-    return f"{expr} * on(job, instance, uuid) group_left(name, sharing) {sel('gpushare_gpu_info')}"
+    gpu = f"{SOURCE}, gpu, uuid"
+    return (f"{once(expr, gpu)} * on(job, instance, uuid) group_left(name, sharing) "
+            f"{one_of_each(sel('gpushare_gpu_info'), 'job, instance, uuid')}")
 
 
 LINKS = ({"asDropdown": False, "icon": "external link", "includeVars": True, "keepTime": True,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dashboards.common import (
     ACTIVITY_SOURCE, EXPORTER, FLEET_VARIABLES, GPU_LEGEND, LINKS, MIG_LEGEND, NO_ACTIVITY, NO_EXPORTER, NO_FORECAST,
-    NO_GPU, NO_MIG, NO_MPS, NO_POD, TREND_DESCRIPTION, TREND_TITLE, GiB, busy_ratio, new_in, on_shared_gpus, sel,
-    usable_gpu_memory, with_gpu_identity,
+    INSTANCE_LABELS, NO_GPU, NO_MIG, NO_MPS, NO_POD, TREND_DESCRIPTION, TREND_TITLE, GiB, busy_ratio, count_once,
+    new_in, on_shared_gpus, once, one_of_each, sel, usable_gpu_memory, with_gpu_identity,
 )
 from dashboards.grafana import Column, Dashboard, Panel, Query, Row
 
@@ -13,27 +13,27 @@ FIRING = sel("ALERTS", 'alertstate="firing"', scope=EXPORTER)
 FORECAST = " (forecast: needs the exporter's learned workload profiles)"
 
 inventory = Row("Fleet: what GPUs are there and how is each one shared?", (
-    Panel("GPUs", "stat", "short", (Query(f"count({sel('gpushare_gpu_info')})"),), width=3, height=4,
+    Panel("GPUs", "stat", "short", (Query(count_once(sel('gpushare_gpu_info'), "uuid")),), width=3, height=4,
           no_value=NO_GPU, description="Physical GPUs the selected exporters report."),
-    Panel("GPUs lost", "stat", "short", (Query(f"sum(1 - {sel('gpushare_gpu_up')})"),), width=3, height=4,
+    Panel("GPUs lost", "stat", "short", (Query(f"sum(1 - {once(sel('gpushare_gpu_up'), 'uuid')})"),), width=3, height=4,
           thresholds=((1, "red"),), no_value=NO_GPU,
           description="GPUs that could not be read this poll (lost, or slower than --gpu-timeout)."),
     Panel("MIG instances", "stat", "short",
-          (Query(f"count(count by (job, instance, uuid, gi) ({sel('gpushare_mig_info')}))"),), width=3, height=4,
+          (Query(count_once(sel('gpushare_mig_info'), "uuid, gi")),), width=3, height=4,
           no_value=NO_MIG, description="MIG GPU instances (compute instances of one GPU instance count once)."),
-    Panel("Processes", "stat", "short", (Query(f"count({sel('gpushare_process_memory_used_bytes')})"),),
+    Panel("Processes", "stat", "short", (Query(count_once(sel('gpushare_process_memory_used_bytes'), f"uuid, gi, {INSTANCE_LABELS}")),),
           width=3, height=4, no_value="no process holds a GPU",
           description="Processes holding a GPU context (MPS servers and clients included)."),
-    Panel("MPS clients", "stat", "short", (Query(f"sum({sel('gpushare_mps_clients')})"),), width=3, height=4,
+    Panel("MPS clients", "stat", "short", (Query(f"sum({once(sel('gpushare_mps_clients'), 'uuid, gi')})"),), width=3, height=4,
           no_value=NO_MPS, description="Client processes of all MPS servers."),
-    Panel("Exporters", "stat", "short", (Query(f"count({sel('gpushare_exporter_build_info', scope=EXPORTER)})"),),
+    Panel("Exporters", "stat", "short", (Query(count_once(sel('gpushare_exporter_build_info', scope=EXPORTER), "cluster, instance")),),
           width=3, height=4, no_value=NO_EXPORTER, description="Exporters reporting in the selection."),
     Panel("Alerts firing", "stat", "short",
           (Query(f"count by (severity) ({FIRING})", "{{severity}}"),),
           width=6, height=4, thresholds=((1, "orange"),), no_value="0",
           description="Firing gpushare alerts by severity (load alerts/*.yml into Prometheus)."),
     Panel("GPUs by sharing mode", "piechart", "short",
-          (Query(f"count by (sharing) ({sel('gpushare_gpu_info')})", "{{sharing}}"),), width=8, no_value=NO_GPU,
+          (Query(f"count by (sharing) ({one_of_each(sel('gpushare_gpu_info'), 'uuid')})", "{{sharing}}"),), width=8, no_value=NO_GPU,
           description="exclusive: one process; time_slicing: several without MPS; mps; mig; mig+mps; idle."),
     Panel("GPUs now", "table", "bytes", (
         Query(with_gpu_identity(sel("gpushare_gpu_memory_used_bytes"))),
@@ -103,8 +103,9 @@ memory = Row("Memory headroom: how much is left now, and at the expected peak?",
 
 
 def by_namespace(expr: str) -> str:
-    """``sum by (namespace)`` of ``expr``, the unattributed rest (namespace "") named as such."""
-    return f'label_replace(sum by (namespace) ({expr}), "namespace", "(unattributed)", "namespace", "")'
+    """``sum by (namespace)`` of ``expr`` (each GPU's row once, however often it is stored), the unattributed
+    rest (namespace "") named as such."""
+    return f'label_replace(sum by (namespace) ({once(expr, "namespace, uuid")}), "namespace", "(unattributed)", "namespace", "")'
 
 
 NAMESPACE_RATE = "rate({}[$__rate_interval])"
@@ -154,7 +155,7 @@ exporters = Row("Exporters: are they up and current?", (
           description="1 when the collector ran and its data was read this poll."),
     Panel("Failed NVML calls", "timeseries", "short",
           (Query(f"sum by (instance, call, error) "
-                 f"({new_in(sel('gpushare_exporter_poll_errors_total', scope=EXPORTER), '$__rate_interval')})",
+                 f"({once(new_in(sel('gpushare_exporter_poll_errors_total', scope=EXPORTER), '$__rate_interval'), 'cluster, instance, call, error, uuid')})",
                  "{{instance}} {{call}} {{error}}"),),
           minimum=0, width=6, no_value="no failed NVML call",
           description="Driver calls that failed in each interval ($__rate_interval), by call and error class "

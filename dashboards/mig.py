@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dashboards.common import (
-    ACTIVITY_SOURCE, FLEET_VARIABLES, LINKS, MIG_LEGEND, NO_ACTIVITY, NO_FORECAST, NO_MIG, TREND_TITLE, GiB, sel,
+    ACTIVITY_SOURCE, FLEET_VARIABLES, LINKS, MIG_LEGEND, NO_ACTIVITY, NO_FORECAST, NO_MIG, SOURCE, TREND_TITLE, GiB,
+    once, sel,
 )
 from dashboards.grafana import Column, Dashboard, Panel, Query, Row
 
@@ -11,12 +12,13 @@ PIPES = (("sm_occupancy", "SM occupancy"), ("tensor_active", "Tensor pipes activ
          ("dram_active", "DRAM active"), ("fp64_active", "FP64 pipes active"),
          ("fp32_active", "FP32 pipes active"), ("fp16_active", "FP16 pipes active"),
          ("graphics_active", "Graphics engine active"))
-INSTANCES = f"count by (job, instance, uuid, gi, profile) ({sel('gpushare_mig_info')})"
+INSTANCES = f"count by (uuid, gi, profile) ({sel('gpushare_mig_info')})"  # each instance once, however often stored
 
 
 def _ratio_of_size(expr: str) -> str:
     """``expr`` (bytes per GPU instance) as a fraction of the instance's memory."""
-    return f"{expr} / on(job, instance, uuid, gi) {sel('gpushare_mig_memory_total_bytes')}"
+    return (f"{once(expr, f'{SOURCE}, gpu, uuid, gi, profile')} / on(job, instance, uuid, gi) group_left() "
+            f"{once(sel('gpushare_mig_memory_total_bytes'), 'job, instance, uuid, gi')}")
 
 
 layout = Row("Layout: which MIG instances exist, with which profiles?", (
@@ -74,7 +76,7 @@ activity = Row("Activity: how busy is each instance?", (
 
 capacity = Row("Capacity: what more can still be created?", (
     Panel("Free capacity by profile", "bargauge", "short",
-          (Query(f"sum by (profile) ({sel('gpushare_mig_free_capacity')})", "{{profile}}"),), minimum=0,
+          (Query(f"sum by (profile) ({once(sel('gpushare_mig_free_capacity'), 'uuid, profile')})", "{{profile}}"),), minimum=0,
           no_value="no MIG-enabled GPU", description="More instances of each profile that fit the current layouts, summed over the selection "
                       "(alternatives: one 7g or seven 1g, not both)."),
     Panel("Free capacity per GPU", "table", "short", (Query(sel("gpushare_mig_free_capacity")),),

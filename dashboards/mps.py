@@ -6,7 +6,7 @@ from dashboards.common import (
     INSTANCE_LABELS,
     PROCESS_LEGEND,
     EXPORTER, FLEET_VARIABLES, GPU_LEGEND, LINKS, MIG_LEGEND, MPS_SHARING, NO_FORECAST, NO_MPS, NO_SIMULATION,
-    TREND_DESCRIPTION, TREND_TITLE, GiB, on_shared_gpus, sel, usable_gpu_memory,
+    SOURCE, TREND_DESCRIPTION, TREND_TITLE, GiB, count_once, on_shared_gpus, once, sel, usable_gpu_memory,
 )
 from dashboards.grafana import Column, Dashboard, Panel, Query, Row
 
@@ -24,29 +24,33 @@ FORECAST = " Forecast from the exporter's learned workload profiles."
 NO_CLIENT = "no MPS clients"
 NO_SHARED = "no GPU shared by MPS or time-slicing"
 NO_LIMIT = "no MPS client with CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+OOM_KILLS_IN_RANGE = f"increase({sel('gpushare_simulation_oom_kills_total')}[$__range])"
 
 clients = Row("Clients: who shares each GPU under MPS, and within which limits?", (
-    Panel("MPS servers", "stat", "short", (Query(f"count({sel('gpushare_mps_server_info')})"),), width=4,
+    Panel("MPS servers", "stat", "short", (Query(count_once(sel('gpushare_mps_server_info'), "uuid, gi, pid")),), width=4,
           no_value=NO_MPS, description="nvidia-cuda-mps-server processes (one per GPU, or per MIG instance under MIG+MPS)."),
     Panel("MPS clients per server", "timeseries", "short",
           (Query(sel("gpushare_mps_clients"), "{{instance}} GPU {{gpu}} GI {{gi}}"),), minimum=0, width=10,
           no_value=NO_MPS, description="Client processes of each MPS server (GI empty: whole-GPU MPS)."),
     Panel("Clients without a pinned memory limit", "stat", "short",
-          (Query(f"count({CLIENT_MEMORY} unless on(job, instance, uuid, gi, {INSTANCE_LABELS}) {LIMIT})"),), width=4,
+          (Query(count_once(f"{CLIENT_MEMORY} unless on(job, instance, uuid, gi, {INSTANCE_LABELS}) {LIMIT}",
+                            f"uuid, gi, {INSTANCE_LABELS}")),), width=4,
           thresholds=((1, "orange"),), no_value="0",
           description="Such a client can take memory the others need (MpsClientWithoutMemoryLimit advice)."),
     Panel("Pinned limits as a share of usable memory", "bargauge", "percentunit", (
-        Query(f"sum by (job, instance, gpu, uuid) ({WHOLE_GPU_LIMITS}) / on(job, instance, uuid) "
-              f"{usable_gpu_memory()}", GPU_LEGEND),
-        Query(f"sum by (job, instance, gpu, uuid, gi) ({MIG_LIMITS}) / on(job, instance, uuid, gi) "
-              f"{sel('gpushare_mig_memory_total_bytes')}",
+        Query(f"sum by ({SOURCE}, gpu, uuid) ({once(WHOLE_GPU_LIMITS, f'{SOURCE}, gpu, uuid, gi, {INSTANCE_LABELS}')})"
+              f" / on(job, instance, uuid) group_left() {once(usable_gpu_memory(), 'job, instance, uuid')}", GPU_LEGEND),
+        Query(f"sum by ({SOURCE}, gpu, uuid, gi) ({once(MIG_LIMITS, f'{SOURCE}, gpu, uuid, gi, {INSTANCE_LABELS}')})"
+              f" / on(job, instance, uuid, gi) group_left() "
+              f"{once(sel('gpushare_mig_memory_total_bytes'), 'job, instance, uuid, gi')}",
               "{{instance}} GPU {{gpu}} GI {{gi}}"),
     ), minimum=0, thresholds=((0.9, "orange"), (1, "red")), width=6,
         no_value=NO_LIMIT, description="Over 100 %: the limits overcommit the device, so clients can hit OOM below their limits."),
     Panel("Client memory vs its pinned limit", "table", "bytes", (
         Query(CLIENT_MEMORY),
         Query(LIMIT),
-        Query(f"({CLIENT_MEMORY}) / on(job, instance, uuid, gi, {INSTANCE_LABELS}) {LIMIT}"),
+        Query(f"({CLIENT_MEMORY}) / on(job, instance, uuid, gi, {INSTANCE_LABELS}) group_left() "
+              f"{once(LIMIT, f'job, instance, uuid, gi, {INSTANCE_LABELS}')}"),
         Query(sel("gpushare_mps_client_active_thread_ratio")),
     ), columns=(Column("Memory used", "bytes"), Column("Pinned limit", "bytes"),
                 Column("Used of limit", "percentunit", colored=True), Column("SM share", "percentunit")),
@@ -92,7 +96,7 @@ demand = Row("Contention: will the clients' peaks fit together, and when do they
         Query(EXPECTED_PEAK),
         # "+ 0 * peak" only copies the workload label, so the rows line up with the first query's.
         Query(f"{sel('gpushare_process_memory_used_bytes', CONTENDED)} + on(job, instance, uuid, gi, {INSTANCE_LABELS}) "
-              f"group_left(workload) (0 * {EXPECTED_PEAK})"),
+              f"group_left(workload) (0 * {once(EXPECTED_PEAK, f'job, instance, uuid, gi, {INSTANCE_LABELS}, workload')})"),
     ), columns=(Column("Expected peak", "bytes"), Column("In use now", "bytes")), hide=("job", "uuid"),
         no_value=NO_SHARED + ", or " + NO_FORECAST, description="Learned peak of each process's workload next to its use now." + FORECAST),
     Panel("Who holds what when the peaks collide", "bargauge", "bytes",
@@ -114,7 +118,7 @@ demand = Row("Contention: will the clients' peaks fit together, and when do they
 
 kills = Row("Outcome: did anyone get killed? (simulation only)", (
     Panel("Out-of-memory kills in the time range", "stat", "short",
-          (Query(f"sum by (instance) (increase({sel('gpushare_simulation_oom_kills_total')}[$__range]))",
+          (Query(f"sum by (instance) ({once(OOM_KILLS_IN_RANGE, 'cluster, instance, uuid')})",
                  "{{instance}}"),), width=8, thresholds=((1, "red"),),
           no_value=NO_SIMULATION, description="Processes the simulator killed because their device ran out of memory. A real GPU has no "
                       "such counter: the process gets a CUDA out-of-memory error."),

@@ -163,13 +163,17 @@ class Prometheus(_Process):
     """Debian's Prometheus scraping ``jobs`` (job name -> ``host:port`` targets) every ``scrape_interval``.
 
     ``rule_files`` are copied into the data directory and evaluated every ``scrape_interval``.
+    ``scrape_configs`` are added as they are (e.g. the Operator's, from tests/operator_scrape.py);
+    ``external_labels`` go to the global section, as an HA pair or a fleet's Prometheus sets them.
     Use as a context manager, or call :meth:`stop`.
     """
 
     name = "prometheus"
 
     def __init__(self, jobs: Mapping[str, Iterable[str]], *, rule_files: Iterable[str | os.PathLike] = (),
-                 scrape_interval: str = "1s", binary: str = "prometheus", timeout: float = 30.0) -> None:
+                 scrape_interval: str = "1s", binary: str = "prometheus", timeout: float = 30.0,
+                 scrape_configs: Sequence[Mapping[str, Any]] = (),
+                 external_labels: Mapping[str, str] | None = None) -> None:
         super().__init__()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -183,8 +187,10 @@ class Prometheus(_Process):
                        "scrape_timeout": scrape_interval},
             "rule_files": rules,
             "scrape_configs": [{"job_name": job, "static_configs": [{"targets": list(targets)}]}
-                               for job, targets in jobs.items()],
+                               for job, targets in jobs.items()] + [dict(c) for c in scrape_configs],
         }
+        if external_labels:
+            config["global"]["external_labels"] = dict(external_labels)
         (self.dir / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
         self.argv = [shutil.which(binary) or binary, f"--config.file={self.dir / 'prometheus.yml'}",
                      f"--storage.tsdb.path={self.dir / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",

@@ -83,7 +83,7 @@ def test_dashboard_imports_into_grafana_10_without_naming_an_instance(uid):
     assert grafana["version"].startswith("10.") and 36 <= board["schemaVersion"] <= 39
     variables = board["templating"]["list"]
     assert variables[0]["type"] == "datasource" and variables[0]["query"] == "prometheus"
-    assert [v["name"] for v in variables] == ["datasource", "job", "instance", "gpu"]
+    assert [v["name"] for v in variables] == ["datasource", "cluster", "job", "instance", "gpu"]
     # Grafana 10 keys its variable store by "id": a shared id would make the variables overwrite each other.
     assert all("id" not in v for v in variables)
     assert all(v["datasource"] == {"type": "prometheus", "uid": "${datasource}"} for v in variables[1:])
@@ -125,8 +125,8 @@ def test_queries_select_job_instance_and_gpu_only_through_the_variables():
     """Every job, instance and gpu matcher in a panel query is the dashboard variable, never a literal value,
     and no other variable is left once the dashboard's are substituted."""
     for target in all_targets():
-        lint.interpolate(target.expr, {"job": "j", "instance": "i", "gpu": "0"}, "1h", RATE_INTERVAL)
-        for label, value in re.findall(r"\b(job|instance|gpu)\s*=~?\s*\"([^\"]*)\"", target.expr):
+        lint.interpolate(target.expr, {"cluster": "c", "job": "j", "instance": "i", "gpu": "0"}, "1h", RATE_INTERVAL)
+        for label, value in re.findall(r"\b(cluster|job|instance|gpu)\s*=~?\s*\"([^\"]*)\"", target.expr):
             assert value == f"${label}", (target.dashboard, target.panel, target.expr)
 
 
@@ -302,11 +302,11 @@ def selections(run: Run, uid: str) -> dict[str, dict[str, str]]:
     if uid == "gpushare-gpu":
         gpus = run.prom.query("gpushare_gpu_info")
         return {f"{s['metric']['instance']}/{s['metric']['gpu']}":
-                {"job": s["metric"]["job"], "instance": s["metric"]["instance"], "gpu": s["metric"]["gpu"]}
+                {"cluster": ".*", "job": s["metric"]["job"], "instance": s["metric"]["instance"], "gpu": s["metric"]["gpu"]}
                 for s in gpus}
-    out = {"all": {"job": ".*", "instance": ".*", "gpu": ".*"}}
+    out = {"all": {"cluster": ".*", "job": ".*", "instance": ".*", "gpu": ".*"}}
     for scenario, target in run.targets.items():
-        out[scenario] = {"job": ".*", "instance": lint.grafana_regex_escape(target), "gpu": ".*"}
+        out[scenario] = {"cluster": ".*", "job": ".*", "instance": lint.grafana_regex_escape(target), "gpu": ".*"}
     return out
 
 
@@ -427,7 +427,7 @@ def test_every_panel_the_scenarios_can_feed_has_data(run):
 def series(run: Run, uid: str, title: str, scenario: str, ref_id: str = "A") -> list[list]:
     """Range result of one panel query, variables set to one scenario's exporter."""
     target = next(t for t in lint.targets(BOARDS[uid]) if (t.panel, t.ref_id) == (title, ref_id))
-    variables = {"job": ".*", "instance": lint.grafana_regex_escape(run.targets[scenario]), "gpu": ".*"}
+    variables = {"cluster": ".*", "job": ".*", "instance": lint.grafana_regex_escape(run.targets[scenario]), "gpu": ".*"}
     expr = lint.interpolate(target.expr, variables, f"{int(run.end - run.start)}s", RATE_INTERVAL)
     return run.prom.query_range(expr, run.start, run.end, 1.0)
 

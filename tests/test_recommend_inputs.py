@@ -419,3 +419,25 @@ def test_state_dir_profiles_raise_observed_sizes_and_stand_alone(tmp_path, node_
     assert any("one instance" in n or "each workload is planned with one" in n for n in alone.notes)
     with pytest.raises(UserError, match="--state-dir /nonexistent: no such directory"):
         load_profiles("/nonexistent")
+
+
+def test_prometheus_queries_ask_thanos_to_deduplicate_and_refuse_nodes_named_alike_in_two_clusters():
+    """Every query carries dedup=true (Thanos Query merges HA replicas; Prometheus ignores it), and a node name
+    reporting in two clusters (Thanos over two clusters, each with a gpu-node-1) is refused in one line
+    rather than planned as one node with both clusters' GPUs."""
+    gpu = {"instance": "gpu-node-1", "uuid": "GPU-1", "gpu": "0", "name": "NVIDIA H100 80GB HBM3"}
+
+    def answer(path, query):
+        text = query.get("query", "")
+        if "count by (cluster, instance)" in text:
+            result = [{"metric": {"instance": "gpu-node-1"}, "value": [0, "2"]}]
+        elif text in ("gpushare_gpu_info",) or text.startswith("last_over_time(gpushare_gpu_info["):
+            result = [{"metric": gpu, "value": [0, "1"]}]
+        else:
+            result = []
+        return 200, {"status": "success", "data": {"resultType": "vector", "result": result}}
+
+    with _Server(answer) as server:
+        with pytest.raises(UserError, match=r"instance gpu-node-1 reports in several clusters .*--node-label"):
+            load_prometheus(server.url, "1h")
+    assert server.requests and all("dedup=true" in r for r in server.requests)

@@ -31,7 +31,7 @@ import numpy as np
 from exporter.errors import UserError
 from exporter.recommend import promql, prometheus_demand, prometheus_fleet
 from exporter.recommend.demand import Demand
-from exporter.recommend.promql import MEMORY, NOT_MPS_SERVER, SM_UTIL, one_of, selector
+from exporter.recommend.promql import MEMORY, NOT_MPS_SERVER, SM_UTIL, once, one_of, selector
 
 CHUNK_NODES = 50  # nodes per query: bounded answers on big fleets, a progress step each
 MAX_POINTS = 2000  # time points of the time-resolved counts (Prometheus allows 11,000)
@@ -153,6 +153,7 @@ def load_prometheus(url: str, window: str, *, node_label: str = "instance", at: 
     if not fleet.models:
         raise UserError(f"--prometheus {client.url}: no gpushare_gpu_info series in the last {window}: "
                         "is the exporter scraped?")
+    _refuse_nodes_named_alike_in_clusters(hist, client.url)
     chunks = fleet.chunks(CHUNK_NODES)
     bar = Progress(2 * len(chunks) + 1, f"prometheus {len(fleet.nodes)} nodes", progress_stream, progress)
     for nodes in chunks:
@@ -161,7 +162,7 @@ def load_prometheus(url: str, window: str, *, node_label: str = "instance", at: 
     L = hist.node_label
     fleet.read_quantiles(hist.instant(
         f"quantile by (workload, process) ({fleet_quantile(quantile)}, "
-        f"max_over_time({selector(MEMORY, NOT_MPS_SERVER)}[{hist.w}]))"))
+        f"{once(f'max_over_time({selector(MEMORY, NOT_MPS_SERVER)}[{hist.w}])', L)})"))
     bar.step()
     for nodes in chunks:
         _read_counts(hist, fleet, nodes, L)
@@ -171,6 +172,21 @@ def load_prometheus(url: str, window: str, *, node_label: str = "instance", at: 
                  f"{len(fleet.nodes)} node{'s' if len(fleet.nodes) != 1 else ''}, {client.requests} queries)")
     return prometheus_demand.to_demand(fleet, hist, margin=margin, quantile=fleet_quantile(quantile),
                                       min_window=min_window)
+
+
+def _refuse_nodes_named_alike_in_clusters(hist: History, url: str) -> None:
+    """A Thanos Query or Mimir holding several clusters (external label ``cluster``) whose nodes share a
+    name (node names like gpu-node-1 repeat from cluster to cluster): planning them as one node would
+    merge their GPUs, so say so instead."""
+    L = hist.node_label
+    if L == "cluster":
+        return
+    rows = hist.instant(f"count by ({L}) (count by (cluster, {L}) (last_over_time(gpushare_gpu_info[{hist.w}]))) > 1")
+    names = sorted({s.get("metric", {}).get(L, "") for s in rows})
+    if names:
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        raise UserError(f"--prometheus {url}: {L} {shown} reports in several clusters (label cluster): give "
+                        f"--node-label a label unique across clusters, or query one cluster's data")
 
 
 def fleet_quantile(q: float | None) -> float:
@@ -191,12 +207,13 @@ def _read_devices(hist: History, fleet, nodes: list[str]) -> None:
     mem = selector(MEMORY, sel, NOT_MPS_SERVER)
     fleet.read_groups(
         peaks=hist.instant(f"max by ({group}) (max_over_time({mem}[{w}]))"),
-        instances=hist.instant(f"count by ({group}) (max_over_time({mem}[{w}]))"),
-        samples=hist.instant(f"sum by ({group}) (count_over_time({mem}[{w}]))"),
+        instances=hist.instant(f"count by ({group}) ({once(f'max_over_time({mem}[{w}])', L)})"),
+        samples=hist.instant(f"sum by ({group}) ({once(f'count_over_time({mem}[{w}])', L)})"),
         util=hist.instant(f"avg by ({group}) (avg_over_time({selector(SM_UTIL, sel, NOT_MPS_SERVER)}[{w}]))"),
-        together=hist.instant(f"max_over_time(count by ({L}, uuid, gi) ({hist.fresh_memory(sel)})"
+        together=hist.instant(f"max_over_time(count by ({L}, uuid, gi) ({once(hist.fresh_memory(sel), L)})"
                               f"[{w}:{hist.resolution:g}s])"),
-        mps=hist.instant(f"count by ({L}, uuid, gi) (last_over_time({selector(MEMORY, sel, MPS_SHARING)}[{w}]))"),
+        mps=hist.instant(f"count by ({L}, uuid, gi) "
+                         f"({once(f'last_over_time({selector(MEMORY, sel, MPS_SHARING)}[{w}])', L)})"),
         gpu_active=hist.instant(f"avg_over_time(gpushare_gpu_sm_active_ratio{{{sel}}}[{w}])"),
         mig_active=hist.instant(f"avg_over_time(gpushare_mig_sm_active_ratio{{{sel}}}[{w}])"),
         gpu_tensor=hist.instant(f"avg_over_time(gpushare_gpu_tensor_active_ratio{{{sel}}}[{w}])"),
@@ -211,10 +228,11 @@ def _read_counts(hist: History, fleet, nodes: list[str], L: str) -> None:
     sel = one_of(L, nodes)
     span = f"[{hist.step:g}s:{hist.resolution:g}s]"
     device = f"{L}, uuid, gi, workload, process"
-    fleet.read_counts(hist.series(f"max_over_time(count by (workload, process) ({hist.fresh_memory(sel)}){span})"))
+    fleet.read_counts(hist.series(
+        f"max_over_time(count by (workload, process) ({once(hist.fresh_memory(sel), L)}){span})"))
     for keys in fleet.several_classes(nodes):  # keys on devices of several sizes: counted per device
         fleet.read_device_counts(hist.series(
-            f"max_over_time(count by ({device}) ({hist.fresh_memory(sel, keys)}){span})"))
+            f"max_over_time(count by ({device}) ({once(hist.fresh_memory(sel, keys), L)}){span})"))
     # Scrape gaps: only nodes with fewer gpushare_gpu_info samples than their time in the history
     # allows are read step by step (on a healthy fleet, none).
     suspects = fleet.short_of_samples(hist.instant(f"max by ({L}) (count_over_time(gpushare_gpu_info{{{sel}}}"
@@ -225,14 +243,14 @@ def _read_counts(hist: History, fleet, nodes: list[str], L: str) -> None:
         gaps = fleet.read_presence(hist.series(f"max_over_time(count by ({L}) ({info}){span})"), suspects)
     if gaps:
         fleet.fill_gaps(hist.series(
-            f"max_over_time(count by ({device}) ({hist.fresh_memory(one_of(L, gaps))}){span})"))
+            f"max_over_time(count by ({device}) ({once(hist.fresh_memory(one_of(L, gaps)), L)}){span})"))
     shared = fleet.shared_uuids(nodes)
     if shared:
         uuids = one_of("uuid", shared)
         fleet.read_shared(
             hist.series(f"max_over_time(count by ({L}, uuid, gi, workload, process) "
-                        f"({hist.fresh_memory(sel, uuids)}){span})"),
-            hist.series(f"max_over_time(sum by ({L}, uuid, gi) ({hist.fresh_memory(sel, uuids)}){span})"))
+                        f"({once(hist.fresh_memory(sel, uuids), L)}){span})"),
+            hist.series(f"max_over_time(sum by ({L}, uuid, gi) ({once(hist.fresh_memory(sel, uuids), L)}){span})"))
         _read_timelines(hist, fleet, nodes)
 
 

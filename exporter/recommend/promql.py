@@ -17,6 +17,8 @@ RE2_SPECIAL = set("\\.+*?()|[]{}^$")
 MEMORY = "gpushare_process_memory_used_bytes"
 SM_UTIL = "gpushare_process_sm_utilization_ratio"
 NOT_MPS_SERVER = 'process!="nvidia-cuda-mps-server"'
+# The exporter's own labels that tell one running instance of a workload from another on a device.
+INSTANCE_LABELS = "uuid, gi, workload, process, pid, namespace, pod, container, replica"
 
 
 def string(value: str) -> str:
@@ -42,11 +44,26 @@ def selector(metric: str, *matchers: str) -> str:
     return f"{metric}{{{inner}}}" if inner else metric
 
 
+def once(expr: str, node_label: str) -> str:
+    """``expr`` (process series) with the stored copies of each instance folded to one: a GPU scraped
+    twice (a ServiceMonitor and a PodMonitor, two jobs, HA replicas read without deduplication) stores
+    each series twice, differing only in labels the exporter does not set (job, service, endpoint, a
+    replica label), and every count or sum over instances must see it once."""
+    return f"max by ({node_label}, {INSTANCE_LABELS}) ({expr})"
+
+
 def fresh(metric: str, *matchers: str, seconds: float) -> str:
     """``metric`` keeping only series sampled in the last ``seconds``: a series that stopped
     (no staleness marker, as in backfilled data) does not linger for the 5-minute lookback."""
     sel = selector(metric, *matchers)
     return f"({sel} and (time() - timestamp({sel}) < {seconds:g}))"
+
+
+# Thanos Query merges the series of HA replicas (differing only in its --query.replica-label labels) when
+# asked with dedup=true, its documented default, stated here so that a querier configured otherwise still
+# merges; Prometheus and Mimir ignore the parameter. Copies left over (no replica label configured, two
+# monitors, two jobs) are folded in PromQL by once().
+DEDUP = {"dedup": "true"}
 
 
 class Client:
@@ -73,11 +90,11 @@ class Client:
         return result if isinstance(result, list) else []
 
     def query(self, promql: str, at: float) -> list:
-        return self._get("/api/v1/query", {"query": promql, "time": f"{at:.3f}"})
+        return self._get("/api/v1/query", {"query": promql, "time": f"{at:.3f}", **DEDUP})
 
     def query_range(self, promql: str, start: float, end: float, step: float) -> list:
         return self._get("/api/v1/query_range",
-                         {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"})
+                         {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}", **DEDUP})
 
 
 def value(series) -> float | None:
