@@ -1,6 +1,6 @@
 """Accuracy of the OOM forecast (foresight) on a seeded random corpus of shared-memory episodes.
 
-    python3 bench/foresight_accuracy.py [--seed 1] [--episodes 88] [--interval 5] [--jobs 2]
+    python3 bench/foresight_accuracy.py [--corpus 1|2] [--seed 1] [--episodes 88] [--interval 5] [--jobs 2]
                                         [--json results.json] [--list] [--verbose]
 
 Every episode of bench/foresight_corpus.py (one GPU or MIG instance shared by 2-5 MPS
@@ -35,7 +35,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from exporter.backend.sim import SimBackend  # noqa: E402
 from exporter.foresight import Foresight  # noqa: E402
-from foresight_corpus import Episode, make_corpus, to_scenario  # noqa: E402
+import foresight_corpus  # noqa: E402
+import foresight_corpus2  # noqa: E402
+
+CORPORA = {1: foresight_corpus, 2: foresight_corpus2}  # 2: written independently, never tuned on
 
 def _shipped_rule() -> tuple[float, float]:
     """`for` and `keep_firing_for` (seconds) of the shipped GpuMemoryContentionPredicted rule."""
@@ -63,9 +66,9 @@ DEFINITIONS = (
 )
 
 
-def play(episode: Episode, interval: float) -> dict:
+def play(episode, interval: float, corpus: int = 1) -> dict:
     """Poll one episode to its end; its incidents, firing intervals and a few diagnostics."""
-    backend = SimBackend(to_scenario(episode))
+    backend = SimBackend(CORPORA[corpus].to_scenario(episode))
     backend.open()
     foresight = Foresight()
     intervals: list[list] = []  # [start, end or None] of each firing interval
@@ -107,7 +110,7 @@ def play(episode: Episode, interval: float) -> dict:
     return _score(episode, intervals, kills, trace, profiles_at_test or 0)
 
 
-def _score(episode: Episode, intervals: list[list], kills: list[float], trace, profiles: int) -> dict:
+def _score(episode, intervals: list[list], kills: list[float], trace, profiles: int) -> dict:
     incidents: list[float] = []
     last = None
     for k in kills:
@@ -180,7 +183,7 @@ def report(results: list[dict], args) -> dict:
     learned = [r for r in results if r["classes"]["first_run"] == "no"]
     first = [r for r in results if r["classes"]["first_run"] == "yes"]
     fl, fa, ff = figures(learned), figures(results), figures(first)
-    print(f"Foresight accuracy: seed {args.seed}, {len(results)} episodes ({len(learned)} learned, "
+    print(f"Foresight accuracy: corpus {args.corpus}, seed {args.seed}, {len(results)} episodes ({len(learned)} learned, "
           f"{len(first)} first run), poll every {args.interval:g} s, alert `for` {FOR_SECONDS:g} s, `keep_firing_for` {KEEP_FIRING_SECONDS:g} s")
     for line in DEFINITIONS:
         print(f"  {line}")
@@ -240,6 +243,8 @@ def _positive(kind):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=int, choices=sorted(CORPORA), default=1,
+                        help="1: bench/foresight_corpus.py, 2: bench/foresight_corpus2.py (default 1)")
     parser.add_argument("--seed", type=int, default=1, help="corpus seed (default 1)")
     parser.add_argument("--episodes", type=_positive(int), default=88, help="episodes (default 88)")
     parser.add_argument("--interval", type=_positive(float), default=5.0, help="poll interval, virtual s (default 5)")
@@ -249,14 +254,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="one row per episode: OOMs, alerts, lead")
     args = parser.parse_args(argv)
     began = time.monotonic()
-    corpus = make_corpus(args.seed, args.episodes)
+    corpus = CORPORA[args.corpus].make_corpus(args.seed, args.episodes)
     if args.list:
         for e in corpus:
             print(f"ep {e.index:3} {e.model + (' ' + e.mig if e.mig else ''):18} "
                   + " ".join(f"{k}={v}" for k, v in e.classes.items())
                   + f" shapes={','.join(w.shape for w in e.workloads)} tenants={len(e.test_runs())} ratio={e.ratio:.2f}")
         return 0
-    run = partial(play, interval=args.interval)
+    run = partial(play, interval=args.interval, corpus=args.corpus)
     if args.jobs == 1:
         results = [run(e) for e in corpus]
     else:  # each worker installs its own simulated NVML: processes, not threads
@@ -268,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in results:
             print(verbose_row(r))
     if args.json:
-        doc = {"seed": args.seed, "episodes": args.episodes, "interval": args.interval,
+        doc = {"corpus": args.corpus, "seed": args.seed, "episodes": args.episodes, "interval": args.interval,
                "for_seconds": FOR_SECONDS, "keep_firing_seconds": KEEP_FIRING_SECONDS, "definitions": DEFINITIONS, **summary, "results": results}
         Path(args.json).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     sys.stdout.flush()  # the wall time (stderr) comes after the tables
