@@ -61,6 +61,11 @@ def _device_specs(scope: str, labels: tuple[str, ...], where: str) -> dict[str, 
             f"gpushare_{scope}_memory_exhaustion_eta_seconds", "gauge",
             f"Seconds until the {where}'s memory is full at the recent linear trend (absent when not growing).",
             labels, "seconds"),
+        "confidence": Spec(
+            f"gpushare_{scope}_memory_contention_confidence_ratio", "gauge",
+            f"How well grounded the predicted contention on the {where} is, 0..1 (only when predicted): growth-weighted "
+            "grounding of the processes' bases (learned runs, spread of their peaks) times how far the overflow clears "
+            "that spread; the critical alert tier needs 0.8.", labels, "ratio"),
         "slowdown": Spec(
             f"gpushare_{scope}_forecast_slowdown_ratio", "gauge",
             f"Factor by which learned timelines are stretched on the {where} because runs are late (1 = on time).",
@@ -171,3 +176,4 @@ def _add_device(out: Families, device: DeviceRow) -> None:
     out.add(specs["stagger"], ids, forecast.stagger_seconds)
     out.add(specs["exhaustion"], ids, device.exhaustion_eta_seconds)
     out.add(specs["slowdown"], ids, forecast.slowdown)
+    out.add(specs["confidence"], ids, device.confidence)

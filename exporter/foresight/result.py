@@ -40,6 +40,7 @@ class DeviceRow:
     profile: str  # MIG profile name, "" for a whole GPU
     forecast: DeviceForecast
     exhaustion_eta_seconds: float | None
+    confidence: float | None = None  # 0..1 while contention is predicted (exporter.foresight.confidence)
 
 
 @dataclass(frozen=True)

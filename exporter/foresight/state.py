@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 from exporter.foresight.basis import workload_of
+from exporter.foresight.confidence import contention_confidence
 from exporter.foresight.forecast import exhaustion_eta, forecast_device
 from exporter.foresight.outcome import FULL_FRACTION, Outcomes
 from exporter.foresight.profiles import RunRecorder, WorkloadProfile, learn_run, learn_running
@@ -202,7 +203,8 @@ class Foresight:
             live.ends_at = None if state.pid not in forecast.ends_in else now + forecast.ends_in[state.pid]
         unread = used is None and all(p.used_memory_bytes is None for p in domain.processes)
         device = None if unread else DeviceRow(gpu.index, gpu.uuid, domain.gi, domain.profile, forecast,
-                                               exhaustion_eta(window, capacity))
+                                               exhaustion_eta(window, capacity),
+                                               contention_confidence(states, forecast))
         contended = forecast.contention_in_seconds is not None and not unread
         rows = [
             ProcessRow(gpu.index, gpu.uuid, proc.gi, proc.pid, proc.name, process_sharing(gpu, proc),
