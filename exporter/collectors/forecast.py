@@ -96,6 +96,13 @@ WARNINGS = Spec(
     "Contention warnings (predicted headroom below zero for 30 s) that ended, by outcome: oom when a suspected "
     "OOM kill happened on the GPU while it was up or within 60 s after, else none.",
     ("gpu", "uuid", "outcome"))
+SLACK = Spec("gpushare_workload_forecast_slack_ratio", "gauge",
+             "Share by which the workload's learned curve is forecast lower because its contention warnings kept "
+             "ending without an OOM (its observed slack; 0..0.15; only for workloads outcomes changed).",
+             PROFILE_LABELS, "ratio")
+MARGIN = Spec("gpushare_workload_forecast_margin_ratio", "gauge",
+              "Share by which the workload's learned curve is forecast higher because its runs were OOM-killed "
+              "unwarned (0..0.15; only for workloads outcomes changed).", PROFILE_LABELS, "ratio")
 STORE_OK = Spec("gpushare_exporter_state_store_ok", "gauge",
                 "1 while the --state-dir profile store reads and writes fine, 0 when profiles live in memory only.")
 
@@ -147,6 +154,9 @@ class ForecastCollector:
             out.add(SUSPECTED_OOM, ids + ("false",), missed)
             out.add(WARNINGS, ids + ("oom",), oom)
             out.add(WARNINGS, ids + ("none",), none)
+        for label, slack, margin in result.adjustments:
+            out.add(SLACK, (label,), slack)
+            out.add(MARGIN, (label,), margin)
         out.add(PROFILES_STORED, (), result.profiles_stored)
         out.add(STORE_OK, (), None if result.store_ok is None else int(result.store_ok))
         return list(out)
