@@ -10,9 +10,10 @@ device overflows. Each process's part rests on its basis (exporter.foresight.for
 - growth from a profile learned on another device size, a declared size or a straight-line
   trend is weaker still.
 
-The device's confidence is the growth-weighted grounding of its processes, times how far the
-predicted overflow clears what the profiles themselves say they vary by (a collision
-predicted by less than the spread of the learned peaks is a coin toss, not a likely OOM).
+The device's confidence is the growth-weighted grounding of its processes, capped by how far
+the predicted overflow still clears capacity once the growth they do not ground is taken
+away (a collision that needs every weakly grounded byte to be right is a coin toss, not a
+likely OOM), over MIN_MARGIN_SHARE of the device.
 It exists only while contention is predicted. The critical tier of the contention alerts
 fires at CRITICAL_CONFIDENCE or more (docs/alerts.md); the rest is a warning.
 """
@@ -26,7 +27,7 @@ from exporter.foresight.forecast import DeviceForecast, ProcessState
 GROUNDING = {"learned": 1.0, "scaled": 0.6, "declared": 0.6, "trend": 0.4, "current": 1.0}
 SINGLE_RUN = 0.7  # a profile learned from one run: its next run may differ by anything
 UNKNOWN_SPREAD = 0.05  # peak spread assumed for a profile with one run (a few percent is typical)
-MIN_MARGIN_SHARE = 0.02  # an overflow under this share of the device is never certain
+MIN_MARGIN_SHARE = 0.02  # a grounded overflow needs this share of the device to be fully confident
 CRITICAL_CONFIDENCE = 0.8  # the alerts' critical tier: gpushare_*_memory_contention_confidence_ratio >= this
 
 
@@ -62,10 +63,11 @@ def contention_confidence(states: Sequence[ProcessState], forecast: DeviceForeca
     total = sum(growth.values())
     if total <= 0:  # over capacity with what is held now: nothing rests on a forecast
         return 1.0
-    grounded = sum(grounding(s) * growth[s.pid] for s in states) / total
-    # What the forecast could be off by: the learned peaks' own spread, the ungrounded growth.
-    uncertain = sum(peak_spread(s) * at.get(s.pid, 0) + (1.0 - GROUNDING.get(s.basis, 0.0)) * growth[s.pid]
-                    for s in states)
-    margin = max(uncertain, MIN_MARGIN_SHARE * (forecast.capacity_bytes or 0), 1)
-    clears = min(1.0, -headroom / margin)
-    return round(grounded * clears, 2)
+    weights = {s.pid: grounding(s) for s in states}
+    grounded = sum(weights[pid] * g for pid, g in growth.items()) / total
+    # The overflow left once the growth each basis does not ground is taken away: a collision that
+    # needs a declared size or a one-run profile to be right to the byte is not likely yet.
+    ungrounded = sum((1.0 - weights[pid]) * g for pid, g in growth.items())
+    margin = max(MIN_MARGIN_SHARE * (forecast.capacity_bytes or 0), 1)
+    clears = max(0.0, min(1.0, (-headroom - ungrounded) / margin))
+    return round(min(grounded, clears), 2)
