@@ -13,29 +13,34 @@ from foresight_scenarios import WAN_DURATION, Job, learn_solo_run, replay
 GiB = 2**30
 
 
-def together_confidences(solo_runs: int) -> list[float | None]:
-    """Learn the Wan job from ``solo_runs`` runs alone, then start three together (their final
-    peaks overflow the H100): the device's confidence at every poll of the test."""
+def together_confidences(solo_runs: int, server: bool = False) -> list[float]:
+    """Learn the Wan job from ``solo_runs`` runs alone, then start three together (99 GiB at their
+    final peak in a 79 GiB H100), or two beside a steady 16 GiB server (82 GiB: a narrow
+    overflow): the device's confidence at every poll where contention is predicted."""
     foresight = Foresight()
     t = 1_000_000.0
     for i in range(solo_runs):
         t = learn_solo_run(foresight, t, pid=101 + i)
-    jobs = [Job(pid=300 + i, start=t + 10.0) for i in range(3)]
+    jobs = [Job(pid=300 + i, start=t + 10.0) for i in range(2 if server else 3)]
+    if server:
+        jobs.append(Job(pid=399, start=t, duration=2 * WAN_DURATION, memory=lambda age: 16 * GiB,
+                        cmdline="python3 embed_server.py"))
     return [result.devices[0].confidence for _, result in replay(foresight, jobs, t, t + WAN_DURATION - 60.0)
-            if result.devices]
+            if result.devices and result.devices[0].confidence is not None]
 
 
-def test_contention_on_two_agreeing_learned_runs_is_critical():
-    confidences = [c for c in together_confidences(2) if c is not None]
-    assert confidences, "the three jobs together must be predicted to overflow"
-    assert max(confidences) >= CRITICAL_CONFIDENCE
-    assert all(0.0 <= c <= 1.0 for c in confidences)
+def test_a_clear_overflow_on_learned_runs_pages():
+    for runs in (1, 2):
+        confidences = together_confidences(runs)
+        assert confidences, "the three jobs together must be predicted to overflow"
+        assert max(confidences) >= CRITICAL_CONFIDENCE
+        assert all(0.0 <= c <= 1.0 for c in confidences)
 
 
-def test_contention_on_a_single_learned_run_only_warns():
-    confidences = [c for c in together_confidences(1) if c is not None]
-    assert confidences, "one learned run still predicts the overflow (the warning tier)"
-    assert max(confidences) < CRITICAL_CONFIDENCE
+def test_a_narrow_overflow_pages_on_agreeing_runs_but_only_warns_on_one():
+    one, two = together_confidences(1, server=True), together_confidences(2, server=True)
+    assert one and two, "both predict the overflow (the warning tier)"
+    assert max(one) < CRITICAL_CONFIDENCE <= min(two)
 
 
 def profile(peaks: tuple[int, ...]) -> WorkloadProfile:

@@ -25,7 +25,7 @@ from typing import Sequence
 from exporter.foresight.forecast import DeviceForecast, ProcessState
 
 GROUNDING = {"learned": 1.0, "scaled": 0.6, "declared": 0.6, "trend": 0.4, "current": 1.0}
-SINGLE_RUN = 0.7  # a profile learned from one run: its next run may differ by anything
+SINGLE_RUN = 0.85  # a profile learned from one run: a measurement, but of one run only
 UNKNOWN_SPREAD = 0.05  # peak spread assumed for a profile with one run (a few percent is typical)
 MIN_MARGIN_SHARE = 0.02  # a grounded overflow needs this share of the device to be fully confident
 CRITICAL_CONFIDENCE = 0.8  # the alerts' critical tier: gpushare_*_memory_contention_confidence_ratio >= this
@@ -47,9 +47,8 @@ def grounding(state: ProcessState) -> float:
     weight = GROUNDING.get(state.basis, 0.0)
     profile = state.profile
     if profile is not None and state.basis in ("learned", "scaled"):
-        if profile.runs < 2:
-            weight *= SINGLE_RUN
-        weight *= max(0.0, 1.0 - 2.0 * peak_spread(state))
+        # one run: its next run may differ by anything; several: by about the spread of their peaks
+        weight *= SINGLE_RUN if profile.runs < 2 else max(0.0, 1.0 - 2.0 * peak_spread(state))
     return weight
 
 
