@@ -211,6 +211,12 @@ def make_episode(rng: random.Random, index: int) -> Episode:
     if mix == "replicas":
         protos = [protos[0]] * tenants
         weights = [1.0] * tenants
+    else:  # two different jobs that happen to share a command line would be one workload: tell them apart
+        seen: set[str] = set()
+        for i, w in enumerate(protos):
+            if w.cmdline in seen:
+                protos[i] = Workload(w.family, f"{w.cmdline} --config job{i}.yaml", w.size, w.curve, w.declared)
+            seen.add(protos[i].cmdline)
     slowdown = rng.uniform(0.0, 0.3)
     stretches = [1.0 + slowdown * rng.uniform(0.6, 1.0) for _ in protos]
     # Test-phase starts: together (jittered) or staggered by most of the longest run.
