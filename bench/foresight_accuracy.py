@@ -121,8 +121,8 @@ def play(episode, interval: float, corpus: int = 1) -> dict:
                         and (r.gi is not None or gpu.sharing in GPU_SHARING)]
                 headroom = min((r.forecast.headroom_bytes for r in rows), default=None)
                 trace.append((t, headroom))
-                for tier, needs in TIERS.items():
-                    alerts[tier].step(t, any(r.forecast.headroom_bytes < 0 and (r.confidence or 0.0) >= needs
+                for tier, needs in TIERS.items():  # getattr: code before the tiers has no confidence
+                    alerts[tier].step(t, any(r.forecast.headroom_bytes < 0 and (getattr(r, "confidence", None) or 0.0) >= needs
                                              for r in rows))
             t += interval
         kills = sorted(e.time for e in backend.sim.oom_events
