@@ -204,9 +204,11 @@ class Foresight:
         self._slowdowns[device_key] = device_slowdown([s[0] if s is not None and s[1] else None for s in speeds])
         slowdown = device_slowdown([None if s is None else s[0] for s in speeds])
         states = [self.planner.state(proc, live, plan, now, slowdown) for proc, live, plan in zip(domain.processes, lives, plans)]
-        factors = [self.learner.factor(workload_of(live.run.key)) if s.profile is not None else 1.0
-                   for s, live in zip(states, lives)]
-        states = [s if f == 1.0 else replace(s, adjust=f) for s, f in zip(states, factors)]
+        factors = [1.0] * len(states)
+        if self.learner.outcomes:  # most hosts have none: skip the lookups
+            factors = [self.learner.factor(workload_of(live.run.key)) if s.profile is not None else 1.0
+                       for s, live in zip(states, lives)]
+            states = [s if f == 1.0 else replace(s, adjust=f) for s, f in zip(states, factors)]
         window = self._trend(device_key, now, used)
         other = (used or 0) - sum(s.used_bytes for s in states)
         forecast = forecast_device(states, capacity, other, interval, slowdown)
