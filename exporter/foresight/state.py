@@ -223,7 +223,7 @@ class Foresight:
         # A contention once well grounded stays so while it is predicted (and for OUTCOME_GRACE after
         # a gap, as the rules' keep_firing_for): a run between two landmarks, or a co-tenant just
         # killed, must not turn a page back into a warning.
-        confidence = contention_confidence(states, forecast)
+        confidence = contention_confidence(states, forecast, interval)
         held, seen = self._confidence.get(device_key, (0.0, now))
         if now - seen > OUTCOME_GRACE:
             held = 0.0
