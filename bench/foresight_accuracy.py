@@ -3,14 +3,16 @@
     python3 bench/foresight_accuracy.py [--corpus 1|2] [--seed 1] [--episodes 88] [--interval 5] [--jobs 2]
                                         [--json results.json] [--list] [--verbose]
 
-Every episode of bench/foresight_corpus.py (one GPU or MIG instance shared by 2-5 MPS
-clients: learning runs alone, then a test phase together) is played through the real
+Every episode of bench/foresight_corpus.py (--corpus 1; one GPU or MIG instance shared by 2-5
+MPS clients: learning runs alone, then a test phase together), or of the independently written
+bench/foresight_corpus2.py (--corpus 2), is played through the real
 pipeline: simulator -> fake libnvidia-ml -> NvmlBackend (SimBackend) -> Foresight.observe,
 one poll every --interval virtual seconds, a fresh Foresight per episode. During the test
 phase the shipped contention rules (alerts/gpushare-memory.yml) are applied to each poll's
 forecast: pending while headroom < 0 (a whole GPU only when its sharing is mps or
 time_slicing), firing once pending for 30 s, resolved when headroom >= 0 or the device row
-is gone. Truth is the simulator's OOM kills (reason "oom") in the test phase.
+is gone. Both tiers are scored: warning (any negative headroom) and critical (the forecast's
+confidence at the rule's threshold as well). Truth is the simulator's OOM kills (reason "oom") in the test phase.
 
 --list prints the episodes' classes and exits; --verbose adds one row per episode (OOMs,
 alert intervals, lead) to find why a forecast missed; --json writes every figure. The same
