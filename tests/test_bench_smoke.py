@@ -151,22 +151,28 @@ def _accuracy(*args: str) -> subprocess.CompletedProcess:
                           timeout=240)
 
 
-def test_foresight_accuracy_smoke_prints_the_table_with_ratios_in_range(tmp_path):
-    """Three episodes (one of them an OOM) end to end: the table, sane figures, the same bytes with 2 jobs."""
-    out = _accuracy("--episodes", "3", "--json", str(tmp_path / "a.json"), "--verbose")
+@pytest.mark.parametrize("corpus", ["1", "2"])
+def test_foresight_accuracy_smoke_prints_the_table_with_ratios_in_range(tmp_path, corpus):
+    """Three episodes (one of them an OOM) end to end: both tiers' tables, sane figures, the same
+    bytes with 2 jobs; the critical tier never catches what the warning tier missed."""
+    out = _accuracy("--corpus", corpus, "--episodes", "3", "--json", str(tmp_path / "a.json"), "--verbose")
     assert out.returncode == 0, out.stderr[-2000:]
-    for line in ("recall (learned)", "precision (learned)", "false alarms / 100 device-hours", "lead median",
-                 "lead p10", "first-run recall", "sharing=", "pattern=colliding", "ep   2 "):
+    for line in (f"corpus {corpus}, seed 1", "critical tier", "warning tier", "recall (learned)", "precision (all)",
+                 "false alarms / 100 device-hours", "lead median", "lead p10", "first-run recall, with a basis",
+                 "first-run recall, no basis (ceiling)", "sharing=", "pattern=colliding", "ep   2 ", "| critical "):
         assert line in out.stdout
     assert re.search(r"^wall time [\d.]+ s", out.stderr, re.M)
     doc = json.loads((tmp_path / "a.json").read_text())
-    assert doc["all"]["incidents"] >= 1  # episode 2 collides: the smoke run exercises the OOM path
-    for figures in [doc["learned"], doc["all"], doc["first_run"], *doc["classes"].values()]:
+    assert doc["warning"]["all"]["incidents"] >= 1  # a collision: the smoke run exercises the OOM path
+    tiers = [doc[tier][pool] for tier in ("critical", "warning")
+             for pool in ("learned", "all", "first_run_basis", "first_run_never")]
+    for figures in [*tiers, *doc["classes"].values()]:
         for ratio in ("recall", "precision"):
             assert figures[ratio] is None or 0.0 <= figures[ratio] <= 1.0
         assert figures["false_per_100h"] is None or figures["false_per_100h"] >= 0
         assert figures["caught"] <= figures["incidents"] and figures["true_alerts"] <= figures["alerts"]
-    parallel = _accuracy("--episodes", "3", "--verbose", "--jobs", "2")
+    assert doc["critical"]["all"]["caught"] <= doc["warning"]["all"]["caught"]
+    parallel = _accuracy("--corpus", corpus, "--episodes", "3", "--verbose", "--jobs", "2")
     assert parallel.returncode == 0 and parallel.stdout == out.stdout  # deterministic whatever --jobs
 
 
@@ -197,6 +203,39 @@ def test_foresight_corpus_is_seeded_and_its_classes_hold():
         assert (e.ratio > 1.0) == (e.classes["pattern"] == "colliding"), (e.index, e.ratio)
         assert 2 <= len(e.test_runs()) <= 5 and all(r.start >= e.test_start for r in e.test_runs())
         assert len({r.pid for r in e.runs}) == len(e.runs)
+    corpus.to_scenario(episodes[0])  # the scenario loader accepts what the corpus builds
+
+
+def test_second_foresight_corpus_is_seeded_and_its_classes_hold():
+    """Corpus 2: same seed, same corpus; each workload keeps one key over its runs (volatile flags
+    differ), different jobs get different keys; colliding puts the simultaneous peak above memory,
+    the other patterns below; first runs have no learning run on the test device."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import foresight_corpus2 as corpus
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    from exporter.foresight.workload import workload_key
+
+    episodes = corpus.make_corpus(7, 40)
+    assert [e.runs for e in episodes] == [e.runs for e in corpus.make_corpus(7, 40)]
+    assert {e.classes["pattern"] for e in episodes} == {"colliding", "near_miss", "staggered"}
+    assert {e.classes["sharing"] for e in episodes} == {"mps", "mig+mps"}
+    for e in episodes:
+        keys: dict[int, set] = {}
+        for r in e.runs:
+            keys.setdefault(r.workload, set()).add(workload_key(r.cmdline, "python3"))
+        assert all(len(k) == 1 for k in keys.values())
+        distinct = {next(iter(k)) for k in keys.values()}
+        assert len(distinct) == (1 if e.classes["mix"] == "replicas" else len(keys)), e.index
+        assert (e.ratio > 1.0) == (e.classes["pattern"] == "colliding"), (e.index, e.ratio)
+        assert 2 <= len(e.test_runs()) <= 4 and all(r.start >= e.test_start for r in e.test_runs())
+        assert len({r.pid for r in e.runs}) == len(e.runs)
+        learned_here = {r.workload for r in e.runs if r.phase == "learn" and r.gpu == 0}
+        if e.classes["learned"] in ("declared", "never", "trend"):
+            assert 0 not in learned_here
+        if e.classes["learned"] == "declared":
+            assert all(dict(r.env).get("GPUSHARE_EXPECTED_PEAK") for r in e.test_runs() if r.workload == 0)
     corpus.to_scenario(episodes[0])  # the scenario loader accepts what the corpus builds
 
 

@@ -21,6 +21,8 @@ from exporter.collectors.forecast import ForecastCollector
 from exporter.collectors.http import HttpCollector
 from exporter.web.guard import HttpStats
 from exporter.foresight import Foresight
+from exporter.foresight.calibration import quiet_run, unwarned_kill
+from exporter.foresight.store import ProfileStore
 from exporter.poller import Poller
 from exporter.snapshot import Snapshot
 from foresight_scenarios import WAN_DURATION, Job, MiB, mig_snapshot, mps_gpu_snapshot, replay, wan_memory
@@ -98,9 +100,22 @@ def contending_foresight(state_dir) -> Foresight:
     return foresight
 
 
+def seed_outcomes(state_dir) -> None:
+    """What two workloads' outcomes taught, stored as the exporter stores it: one whose warnings
+    twice ended quietly (slack), one OOM-killed unwarned (margin)."""
+    quiet = None
+    for forecast, real in ((40 * 2**30, 36 * 2**30), (40 * 2**30, 35 * 2**30)):
+        quiet = quiet_run(quiet, "python3 serve.py --model m", forecast, real, 1_000_000.0)
+    store = ProfileStore(state_dir)
+    assert store.save_outcomes([quiet, unwarned_kill(None, "python3 leak.py", 1_000_000.0)])
+    store.close()
+
+
 @pytest.fixture(scope="module")
 def exposition(tmp_path_factory):
-    foresight = contending_foresight(tmp_path_factory.mktemp("state"))
+    state_dir = tmp_path_factory.mktemp("state")
+    seed_outcomes(state_dir)
+    foresight = contending_foresight(state_dir)
     http = HttpStats()  # as `serve` has it with a web config, after some traffic
     http.responses[200] += 3
     http.rejected["malformed"] += 1

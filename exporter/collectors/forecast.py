@@ -61,6 +61,11 @@ def _device_specs(scope: str, labels: tuple[str, ...], where: str) -> dict[str, 
             f"gpushare_{scope}_memory_exhaustion_eta_seconds", "gauge",
             f"Seconds until the {where}'s memory is full at the recent linear trend (absent when not growing).",
             labels, "seconds"),
+        "confidence": Spec(
+            f"gpushare_{scope}_memory_contention_confidence_ratio", "gauge",
+            f"How well grounded the predicted contention on the {where} is, 0..1 (only when predicted): growth-weighted "
+            "grounding of the processes' bases (learned runs, spread of their peaks) times how far the overflow clears "
+            "that spread, the highest since the contention was first predicted; the critical alert tier needs 0.8.", labels, "ratio"),
         "slowdown": Spec(
             f"gpushare_{scope}_forecast_slowdown_ratio", "gauge",
             f"Factor by which learned timelines are stretched on the {where} because runs are late (1 = on time).",
@@ -91,6 +96,13 @@ WARNINGS = Spec(
     "Contention warnings (predicted headroom below zero for 30 s) that ended, by outcome: oom when a suspected "
     "OOM kill happened on the GPU while it was up or within 60 s after, else none.",
     ("gpu", "uuid", "outcome"))
+SLACK = Spec("gpushare_workload_forecast_slack_ratio", "gauge",
+             "Share by which the workload's learned curve is forecast lower because its contention warnings kept "
+             "ending without an OOM (its observed slack; 0..0.15; only for workloads outcomes changed).",
+             PROFILE_LABELS, "ratio")
+MARGIN = Spec("gpushare_workload_forecast_margin_ratio", "gauge",
+              "Share by which the workload's learned curve is forecast higher because its runs were OOM-killed "
+              "unwarned (0..0.15; only for workloads outcomes changed).", PROFILE_LABELS, "ratio")
 STORE_OK = Spec("gpushare_exporter_state_store_ok", "gauge",
                 "1 while the --state-dir profile store reads and writes fine, 0 when profiles live in memory only.")
 
@@ -142,6 +154,9 @@ class ForecastCollector:
             out.add(SUSPECTED_OOM, ids + ("false",), missed)
             out.add(WARNINGS, ids + ("oom",), oom)
             out.add(WARNINGS, ids + ("none",), none)
+        for label, slack, margin in result.adjustments:
+            out.add(SLACK, (label,), slack)
+            out.add(MARGIN, (label,), margin)
         out.add(PROFILES_STORED, (), result.profiles_stored)
         out.add(STORE_OK, (), None if result.store_ok is None else int(result.store_ok))
         return list(out)
@@ -171,3 +186,4 @@ def _add_device(out: Families, device: DeviceRow) -> None:
     out.add(specs["stagger"], ids, forecast.stagger_seconds)
     out.add(specs["exhaustion"], ids, device.exhaustion_eta_seconds)
     out.add(specs["slowdown"], ids, forecast.slowdown)
+    out.add(specs["confidence"], ids, device.confidence)

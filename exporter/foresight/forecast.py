@@ -59,6 +59,7 @@ class ProcessState:
     trend_bytes_per_second: float = 0.0  # trend: recent growth
     trend_seconds: float = 0.0  # trend: how long the growth is extrapolated
     steady: bool = False  # its use has held level (within STEADY_BAND) for the last STEADY_SECONDS
+    adjust: float = 1.0  # learned/scaled: what outcomes taught its workload (exporter.foresight.calibration)
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ def process_curve(p: ProcessState, grace: float = 0.0) -> Curve:
         return ((0.0, max(p.used_bytes, p.floor_bytes)),), max(grace - late, late, grace / 2)
     timeline = profile.scaled_timeline()
     ends = [age for age, _ in timeline[1:]] + [duration]
-    ratio = _level_ratio(profile, timeline, position, p.used_bytes, p.steady)
+    ratio = _level_ratio(profile, timeline, position, p.used_bytes, p.steady) * p.adjust
     steps: list[tuple[float, int]] = []
     for (age, value), end in zip(timeline, ends):
         if end <= position:

@@ -99,17 +99,19 @@ class Outcomes:
             if warning.up_since is not None:
                 self._ended.append((device, now, warning))
 
-    def settle(self, now: float) -> None:
-        """Count the warnings whose grace period is over."""
-        waiting = []
+    def settle(self, now: float) -> list[tuple[Device, bool]]:
+        """Count the warnings whose grace period is over; (device, ended with an OOM) of each."""
+        waiting, settled = [], []
         for device, ended_at, warning in self._ended:
             if now - ended_at > OUTCOME_GRACE or warning.oom:
                 counts = self.counts.get(device[0])
                 if counts is not None:
                     counts.warnings["oom" if warning.oom else "none"] += 1
+                settled.append((device, warning.oom))
             else:
                 waiting.append((device, ended_at, warning))
         self._ended = waiting
+        return settled
 
     def devices_without(self, present: set[Device], now: float) -> None:
         """End the warnings of devices that had no forecast this poll (gone, unread)."""

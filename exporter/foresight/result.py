@@ -40,6 +40,7 @@ class DeviceRow:
     profile: str  # MIG profile name, "" for a whole GPU
     forecast: DeviceForecast
     exhaustion_eta_seconds: float | None
+    confidence: float | None = None  # 0..1 while contention is predicted (exporter.foresight.confidence)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class ForesightResult:
     store_ok: bool | None = None  # None without a state dir
     # (gpu, uuid, suspected kills predicted, not predicted, warnings with an OOM, without) per GPU
     outcomes: tuple[tuple[int, str, int, int, int, int], ...] = ()
+    # (workload label, slack, margin): how outcomes changed its forecast (exporter.foresight.calibration)
+    adjustments: tuple[tuple[str, float, float], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,8 @@ class LiveRun:
     ends_at: float | None = None  # when its profile expected it to end, as of its last sighting
     calibrated: tuple | None = None  # (scaled profile, the same rescaled to this run's level)
     trend: tuple | None = None  # (run age it was fitted at, (bytes/s, seconds)) for the trend basis
+    warned_peak: int = 0  # highest peak its learned curve forecast (before outcome adjustment) while warned
+    quiet: bool = False  # a warning it was under ended without an OOM
 
 
 class RunPlanner:

@@ -11,12 +11,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
 from exporter.foresight.basis import workload_of
+from exporter.foresight.calibration import OutcomeLearner
+from exporter.foresight.confidence import contention_confidence
 from exporter.foresight.forecast import exhaustion_eta, forecast_device
-from exporter.foresight.outcome import FULL_FRACTION, Outcomes
+from exporter.foresight.outcome import FULL_FRACTION, OUTCOME_GRACE, Outcomes
 from exporter.foresight.profiles import RunRecorder, WorkloadProfile, learn_run, learn_running
 from exporter.foresight.progress import device_slowdown
 from exporter.foresight.runs import LiveRun, RunPlanner
@@ -68,7 +71,11 @@ class Foresight:
         self._trends: dict[tuple[str, int | None], deque] = {}
         self._oom: dict[tuple[int, str], int] = {}
         self.outcomes = Outcomes()  # suspected OOM kills and warnings (exporter.foresight.outcome)
+        # what warnings and kills taught per workload (exporter.foresight.calibration), kept with the profiles
+        self.learner = OutcomeLearner(self.store.load_outcomes() if self.store else {}, 2 * OUTCOME_GRACE)
         self._slowdowns: dict[tuple[str, int | None], float] = {}  # device -> slowdown at the last poll
+        # device -> (highest confidence since its contention began, last poll it was predicted)
+        self._confidence: dict[tuple[str, int | None], tuple[float, float]] = {}
         self.planner = RunPlanner(self.profiles)  # which profile, on which basis, each run follows
         self._dirty: set[str] = set()
         self._last_persist: float | None = None
@@ -167,12 +174,16 @@ class Foresight:
         for row in devices:  # after the vanished runs: they are judged by the warning before them
             self.outcomes.forecast((row.uuid, row.gi), row.forecast.headroom_bytes, now)
         self.outcomes.devices_without({(row.uuid, row.gi) for row in devices}, now)
-        self.outcomes.settle(now)
+        settled = self.outcomes.settle(now)
+        if settled:
+            self.learner.settled(settled, [((uuid, gi), live) for (uuid, gi, _), live in self._live.items()], now)
         self._observed_once = True
         self._persist(now, force=finished > 0)  # a finished run is worth saving at once
         running = {self._live[(r.uuid, r.gi, r.pid)].run.key for r in processes}
-        return ForesightResult(tuple(processes), tuple(devices), self._exported_profiles(running),
-                               len(self.profiles), self._store_ok(), self.outcomes.rows())
+        exported = self._exported_profiles(running)
+        return ForesightResult(tuple(processes), tuple(devices), exported,
+                               len(self.profiles), self._store_ok(), self.outcomes.rows(),
+                               self._exported_adjustments(running))
 
     def _forecast_domain(self, gpu: GpuInfo, domain: MemoryDomain, now: float,
                          sim_time: float | None) -> tuple[DeviceRow | None, list[ProcessRow]]:
@@ -195,14 +206,32 @@ class Foresight:
         self._slowdowns[device_key] = device_slowdown([s[0] if s is not None and s[1] else None for s in speeds])
         slowdown = device_slowdown([None if s is None else s[0] for s in speeds])
         states = [self.planner.state(proc, live, plan, now, slowdown) for proc, live, plan in zip(domain.processes, lives, plans)]
+        factors = [1.0] * len(states)
+        if self.learner.outcomes:  # most hosts have none: skip the lookups
+            factors = [self.learner.factor(workload_of(live.run.key)) if s.profile is not None else 1.0
+                       for s, live in zip(states, lives)]
+            states = [s if f == 1.0 else replace(s, adjust=f) for s, f in zip(states, factors)]
         window = self._trend(device_key, now, used)
         other = (used or 0) - sum(s.used_bytes for s in states)
         forecast = forecast_device(states, capacity, other, interval, slowdown)
-        for state, live in zip(states, lives):
+        warned = self.outcomes.warning_up(device_key)
+        for state, live, factor in zip(states, lives, factors):
             live.ends_at = None if state.pid not in forecast.ends_in else now + forecast.ends_in[state.pid]
+            if warned and state.profile is not None:  # the peak outcomes are judged against, unadjusted
+                live.warned_peak = max(live.warned_peak, int(forecast.peaks[state.pid] / factor))
         unread = used is None and all(p.used_memory_bytes is None for p in domain.processes)
+        # A contention once well grounded stays so while it is predicted (and for OUTCOME_GRACE after
+        # a gap, as the rules' keep_firing_for): a run between two landmarks, or a co-tenant just
+        # killed, must not turn a page back into a warning.
+        confidence = contention_confidence(states, forecast, interval)
+        held, seen = self._confidence.get(device_key, (0.0, now))
+        if now - seen > OUTCOME_GRACE:
+            held = 0.0
+        if confidence is not None:
+            confidence = max(confidence, held)
+            self._confidence[device_key] = (confidence, now)
         device = None if unread else DeviceRow(gpu.index, gpu.uuid, domain.gi, domain.profile, forecast,
-                                               exhaustion_eta(window, capacity))
+                                               exhaustion_eta(window, capacity), confidence)
         contended = forecast.contention_in_seconds is not None and not unread
         rows = [
             ProcessRow(gpu.index, gpu.uuid, proc.gi, proc.pid, proc.name, process_sharing(gpu, proc),
@@ -291,6 +320,8 @@ class Foresight:
                 warned = self.outcomes.warning_up((uuid, gi))
                 early = live.ends_at is not None and now < live.ends_at
                 self.outcomes.vanished((uuid, gi), full or (warned and early), warned, now)
+                self.learner.run_ended(live, (uuid, gi), workload_of(live.run.key),
+                                       truncated or (warned and early), warned, now)
                 old = self.profiles.get(live.run.key)
                 self._learn(learn_run(old, live.run, live.last_seen, truncated, self.poll_interval))
                 del self._live[run_id]
@@ -322,6 +353,9 @@ class Foresight:
         if self.store and self._dirty:
             if self.store.save(self.profiles[k] for k in self._dirty if k in self.profiles):
                 self._dirty.clear()
+        if self.store and self.learner.dirty:
+            if self.store.save_outcomes(self.learner.outcomes[w] for w in self.learner.dirty):
+                self.learner.dirty.clear()
         if now is not None:
             self._last_persist = now
 
@@ -341,6 +375,15 @@ class Foresight:
         """Profiles to export: those of running workloads first, then the newest, up to the cap."""
         ordered = sorted(self.profiles.values(), key=lambda p: (p.key not in running, -p.updated_at, p.key))
         return tuple((workload_label(p.key), p) for p in ordered[: self.max_exported_workloads])
+
+    def _exported_adjustments(self, running: set[str]) -> tuple[tuple[str, float, float], ...]:
+        """(label, slack, margin) of workloads whose outcomes changed their forecast, running ones
+        first, up to the cap; slack and margin are the shares it is forecast lower and higher."""
+        live = {workload_of(k) for k in running}
+        adjusted = [o for o in self.learner.outcomes.values() if o.factor != 1.0]
+        adjusted.sort(key=lambda o: (o.workload not in live, -o.updated_at, o.workload))
+        return tuple((workload_label(o.workload), round(max(0.0, 1 - o.factor), 4), round(max(0.0, o.factor - 1), 4))
+                     for o in adjusted[: self.max_exported_workloads])
 
     def _store_ok(self) -> bool | None:
         return None if self.store is None else self.store.ok

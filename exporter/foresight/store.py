@@ -8,7 +8,9 @@ does not parse is dropped with a warning. Write failures (disk full, read-only) 
 the exporter goes on with the profiles it holds in memory. Nothing here raises to the caller
 except :class:`UserError` from :func:`import_json` for a bad file a person handed us.
 
-Size: at most ``max_profiles`` rows; the least recently updated go first.
+Size: at most ``max_profiles`` rows; the least recently updated go first. The ``outcomes``
+table (schema 2) holds what warnings and kills taught per workload
+(exporter.foresight.calibration), as many rows at most; a schema 1 store gains it on open.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ from typing import Any, Iterable
 
 from exporter.errors import UserError
 from exporter.inputs import value_problem
+from exporter.foresight.calibration import WorkloadOutcome, outcome_from_dict, outcome_to_dict
 from exporter.foresight.profiles import RECENT_RUNS, WorkloadProfile
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: the outcomes table; a "1" store is migrated on open
 DB_NAME = "profiles.sqlite3"
 DEFAULT_MAX_PROFILES = 2000
 JSON_FORMAT = "gpushare-workload-profiles"
@@ -80,7 +83,13 @@ class ProfileStore:
                 "CREATE TABLE IF NOT EXISTS profiles "
                 "(key TEXT PRIMARY KEY, data TEXT NOT NULL, updated_at REAL NOT NULL)"
             )
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS outcomes "
+                "(workload TEXT PRIMARY KEY, data TEXT NOT NULL, updated_at REAL NOT NULL)"
+            )
             db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+            # schema 1 differs only by the outcomes table, created above: migrate by saying so
+            db.execute("UPDATE meta SET value = ? WHERE name = 'schema' AND value = '1'", (SCHEMA_VERSION,))
             schema = db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()[0]
             if schema != SCHEMA_VERSION:
                 raise sqlite3.DatabaseError(f"schema version {schema!r}, expected {SCHEMA_VERSION!r}")
@@ -148,6 +157,38 @@ class ProfileStore:
             self._open()
             return False
         self.error = None
+        return True
+
+    def load_outcomes(self) -> dict[str, WorkloadOutcome]:
+        """Every stored workload outcome by workload; unreadable rows are skipped with a warning."""
+        if self._db is None:
+            return {}
+        try:
+            rows = self._db.execute("SELECT workload, data FROM outcomes").fetchall()
+        except sqlite3.Error as exc:
+            self._fail(f"{self.path}: read failed: {exc}")
+            return {}
+        outcomes = {}
+        for workload, data in rows:
+            try:
+                outcomes[workload] = outcome_from_dict(json.loads(data))
+            except ValueError as exc:
+                log.warning("dropping unreadable outcome row %r: %s", workload, exc)
+        return outcomes
+
+    def save_outcomes(self, outcomes: Iterable[WorkloadOutcome]) -> bool:
+        """Upsert workload outcomes, keep the max_profiles newest; False if it failed."""
+        rows = [(o.workload, json.dumps(outcome_to_dict(o), separators=(",", ":")), o.updated_at) for o in outcomes]
+        if self._db is None or not rows:
+            return self._db is not None
+        try:
+            with _transaction(self._db):
+                self._db.executemany("INSERT OR REPLACE INTO outcomes VALUES (?, ?, ?)", rows)
+                self._db.execute("DELETE FROM outcomes WHERE workload NOT IN (SELECT workload FROM outcomes "
+                                 "ORDER BY updated_at DESC, workload LIMIT ?)", (self.max_profiles,))
+        except sqlite3.Error as exc:  # a bad file is set aside by the next profile save
+            self._fail(f"{self.path}: write failed: {exc}")
+            return False
         return True
 
     def _close(self) -> None:

@@ -1,0 +1,96 @@
+"""How much a predicted contention rests on: the ``confidence`` of a device forecast, 0..1.
+
+A forecast of contention adds up what each process is expected to hold at the moment its
+device overflows. Each process's part rests on its basis (exporter.foresight.forecast.BASES):
+
+- memory it holds now is certain; only the *growth* a forecast adds to it can be wrong;
+- growth read from a learned profile is as good as the runs behind it: one run is weaker than
+  several, and runs whose peaks spread widely say less about the next one (GROUNDING,
+  SINGLE_RUN, peak_spread);
+- growth from a profile learned on another device size, a declared size or a straight-line
+  trend is weaker still.
+
+The device's confidence is the growth-weighted grounding of its processes, capped by how far
+the predicted overflow still clears capacity once the growth they do not ground is taken
+away (a collision that needs every weakly grounded byte to be right is a coin toss, not a
+likely OOM), over MIN_MARGIN_SHARE of the device.
+It exists only while contention is predicted. The critical tier of the contention alerts
+fires at CRITICAL_CONFIDENCE or more (docs/alerts.md); the rest is a warning.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from exporter.foresight.forecast import DeviceForecast, ProcessState, demand_profile, process_curve
+
+GROUNDING = {"learned": 1.0, "scaled": 0.6, "declared": 0.6, "trend": 0.4, "current": 1.0}
+SINGLE_RUN = 0.85  # a profile learned from one run: a measurement, but of one run only
+UNKNOWN_SPREAD = 0.05  # peak spread assumed for a profile with one run (a few percent is typical)
+SPREAD_WEIGHT = 3.0  # grounding of several runs: 1 - this x spread (0.85 at 5 %)
+TIMING_SHARE = 0.1  # learned timings drift by about this share of how far ahead they are read
+MIN_MARGIN_SHARE = 0.02  # a grounded overflow needs this share of the device to be fully confident
+CRITICAL_CONFIDENCE = 0.8  # the alerts' critical tier: gpushare_*_memory_contention_confidence_ratio >= this
+
+
+def peak_spread(state: ProcessState) -> float:
+    """How far the typical (median) learned peak of its profile is below the highest, as a share
+    of the highest (0..1). The median, not the lowest: a run whose spike fell between two polls
+    is a missed sample, not a smaller job."""
+    profile = state.profile
+    if profile is None or state.basis not in ("learned", "scaled"):
+        return 0.0
+    peaks = sorted(p for p in profile.recent_peaks if p > 0)
+    if len(peaks) < 2:
+        return UNKNOWN_SPREAD
+    middle = len(peaks) // 2
+    median = peaks[middle] if len(peaks) % 2 else (peaks[middle - 1] + peaks[middle]) / 2
+    return (peaks[-1] - median) / peaks[-1]
+
+
+def grounding(state: ProcessState) -> float:
+    """0..1: how well the growth its forecast adds is grounded (see module docstring)."""
+    weight = GROUNDING.get(state.basis, 0.0)
+    profile = state.profile
+    if profile is not None and state.basis in ("learned", "scaled"):
+        # one run: its next run may differ by anything; several: by about the spread of their peaks
+        weight *= SINGLE_RUN if profile.runs < 2 else max(0.0, 1.0 - SPREAD_WEIGHT * peak_spread(state))
+    return weight
+
+
+def over_seconds(states: Sequence[ProcessState], forecast: DeviceForecast, grace: float = 0.0) -> float:
+    """How long the demand stays above capacity from the first overflow on (seconds; inf: for good)."""
+    other = forecast.peak_sum_bytes - sum(forecast.peaks.values())
+    totals = demand_profile([process_curve(s, grace) for s in states], other)
+    start = forecast.contention_in_seconds or 0.0
+    for tau, total in totals:
+        if tau > start and total <= (forecast.capacity_bytes or 0):
+            return tau - start
+    return float("inf")
+
+
+def contention_confidence(states: Sequence[ProcessState], forecast: DeviceForecast,
+                          grace: float = 0.0) -> float | None:
+    """Confidence 0..1 (two decimals) of the predicted contention; None when none is predicted.
+
+    ``grace``: the poll interval, as forecast_device was given it."""
+    headroom = forecast.headroom_bytes
+    if forecast.contention_in_seconds is None or headroom is None or headroom >= 0:
+        return None
+    at = forecast.at_contention_bytes
+    growth = {s.pid: max(0, at.get(s.pid, 0) - s.used_bytes) for s in states}
+    total = sum(growth.values())
+    if total <= 0:  # over capacity with what is held now: nothing rests on a forecast
+        return 1.0
+    weights = {s.pid: grounding(s) for s in states}
+    grounded = sum(weights[pid] * g for pid, g in growth.items()) / total
+    # The overflow left once the growth each basis does not ground is taken away: a collision that
+    # needs a declared size or a one-run profile to be right to the byte is not likely yet.
+    ungrounded = sum((1.0 - weights[pid]) * g for pid, g in growth.items())
+    margin = max(MIN_MARGIN_SHARE * (forecast.capacity_bytes or 0), 1)
+    clears = max(0.0, min(1.0, (-headroom - ungrounded) / margin))
+    # Timing: an overflow that lasts less than the learned timings may drift by then (spikes
+    # read far ahead on their learned ages) needs them to meet to the second: not likely yet.
+    drift = TIMING_SHARE * forecast.contention_in_seconds
+    timing = 1.0 if drift <= 0 else min(1.0, over_seconds(states, forecast, grace) / drift)
+    return round(min(grounded, clears, timing), 2)
