@@ -172,3 +172,26 @@ class SimBackend:
         if self.sim is not None:
             self.sim.close()
             self.sim = None
+
+
+def backend_from_settings(settings, dcgm: DcgmOptions) -> SimBackend:
+    """The SimBackend of ``--simulate`` (exporter.config.Settings): the CLI's one door into the simulator."""
+    from exporter.shipped import resolve_scenario
+
+    return SimBackend(resolve_scenario(settings.simulate), speed=settings.speed, gpu_timeout=settings.gpu_timeout,
+                      identifier=Identifier(settings.workload_rules), backend=settings.backend, dcgm=dcgm,
+                      pod_resolver=_simulated_pods(settings))
+
+
+def _simulated_pods(settings):
+    """Pod sources of a simulated node: the scenario's, unless the settings name real ones."""
+    named = [v for v in (settings.kubernetes_api, settings.pod_resources_socket) if v not in ("auto", "off")]
+    if not named:
+        if settings.kubernetes_api == "off" and settings.pod_resources_socket == "off":
+            return lambda procfs, simulation: None
+        return None  # SimBackend's default: the scenario's pods, in-process
+    from exporter.k8s.setup import build_resolver
+
+    api = settings.kubernetes_api if settings.kubernetes_api != "auto" else "off"
+    socket = settings.pod_resources_socket if settings.pod_resources_socket != "auto" else "off"
+    return lambda procfs, simulation: build_resolver(procfs, api, socket, settings.node_name)

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import signal
 import sys
 
+from typing import TYPE_CHECKING
+
 from exporter import commands
-from exporter.collectors.forecast import ForecastCollector
-from exporter.collectors.http import HttpCollector
 from exporter.errors import NoGpuError, UserError
-from exporter.foresight.state import Foresight
-from exporter.logging_setup import configure_logging
-from exporter.poller import STALE_AFTER_INTERVALS, Poller
-from exporter.server import start_server
-from exporter.transitions import TransitionLog
-from exporter.web.guard import HttpLimits, HttpStats
-from exporter.web.live import LiveWebConfig, describe
+
+if TYPE_CHECKING:  # imported where used: `exporter --help` and the other commands never load the web server
+    from exporter.foresight.state import Foresight
+    from exporter.poller import Poller
+    from exporter.web.guard import HttpLimits, HttpStats
+    from exporter.web.live import LiveWebConfig
 
 HELP = "poll the GPUs and serve Prometheus metrics over HTTP"
 SETTINGS = ("listen", "interval", "backend", "simulate", "speed", "log_level", "log_format", "procfs", "gpu_timeout",
@@ -38,6 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from exporter.foresight.state import Foresight
+    from exporter.logging_setup import configure_logging
+    from exporter.web.guard import HttpLimits, HttpStats
+    from exporter.web.live import LiveWebConfig
+
     settings = commands.settings_from_args(args)
     configure_logging(settings.log_level, settings.log_format)
     host, port = settings.listen_address
@@ -70,6 +75,11 @@ def make_poller(backend, interval: float, foresight: Foresight, process_series: 
     poll: the poll in which a GPU hangs lasts up to an interval plus the timeout, so a single
     hung GPU never flaps /health (docs/configuration.md).
     """
+    from exporter.collectors.forecast import ForecastCollector
+    from exporter.collectors.http import HttpCollector
+    from exporter.poller import STALE_AFTER_INTERVALS, Poller
+    from exporter.transitions import TransitionLog
+
     extra = ([ForecastCollector(foresight, process_series)]
              + ([HttpCollector(http_stats)] if http_stats is not None else []))
     return Poller(backend, interval, extra_collectors=extra, observers=[TransitionLog().observe, foresight.observe],
@@ -78,6 +88,11 @@ def make_poller(backend, interval: float, foresight: Foresight, process_series: 
 
 async def _serve(poller: Poller, host: str, port: int, listen: str, web_config: LiveWebConfig | None = None,
                  limits: HttpLimits | None = None) -> None:
+    import asyncio
+
+    from exporter.server import start_server
+    from exporter.web.live import describe
+
     # Handlers go in before the "listening" line: whoever reacts to that line may signal at once.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
