@@ -44,7 +44,7 @@ class SimBackend:
                  gpu_timeout: float = 5.0, identifier: Identifier | None = None,
                  backend: str = "nvml", dcgm: DcgmOptions | None = None, pod_resolver: Callable | None = None):
         """``pod_resolver(procfs, simulation)`` builds the pod resolver once the fake /proc exists;
-        by default the scenario's pods are read in-process (exporter.k8s.setup.simulated_resolver)."""
+        by default the scenario's pods are read in-process (simulated_resolver)."""
         self.scenario = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         if not speed > 0:
             raise UserError(f"speed: must be greater than 0, got {speed}")
@@ -125,7 +125,7 @@ class SimBackend:
             return identifier
         build = self._pod_resolver
         if build is None:
-            from exporter.k8s.setup import simulated_resolver as build
+            build = simulated_resolver
         resolver = build(ProcFs(self.sim.procfs_root), self.sim)
         return identifier if resolver is None else Identifier(identifier.rules, pods=resolver)
 
@@ -195,3 +195,14 @@ def _simulated_pods(settings):
     api = settings.kubernetes_api if settings.kubernetes_api != "auto" else "off"
     socket = settings.pod_resources_socket if settings.pod_resources_socket != "auto" else "off"
     return lambda procfs, simulation: build_resolver(procfs, api, socket, settings.node_name)
+
+
+def simulated_resolver(procfs: ProcFs, simulation: Simulation):
+    """The resolver of a simulated node: the scenario's pods, read in-process; None without pods."""
+    if not any(p.pod is not None for p in simulation.scenario.processes):
+        return None
+    from exporter.k8s.resolver import KubernetesResolver
+    from exporter.sim.kube import SimulatedKube
+
+    kube = SimulatedKube(simulation)
+    return KubernetesResolver(procfs, index=kube.index, allocations=kube)
