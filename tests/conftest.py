@@ -42,3 +42,15 @@ def require_binary(name: str) -> str:
             pytest.fail(message + "; .ci/run should have installed it")
         pytest.skip(message)
     return path
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``--dist loadgroup``, pyproject.toml): the tests of a module that share a
+    module-scoped fixture (a Prometheus, an exporter, a long simulation) run on one worker, so the
+    fixture starts once, not once per worker."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None or item.get_closest_marker("xdist_group") is not None:
+            continue
+        if any(defs and defs[-1].scope in ("module", "class", "package") for defs in info.name2fixturedefs.values()):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
