@@ -17,6 +17,7 @@ Run ``python3 tests/test_architecture.py`` to print the graph's circles and door
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -77,6 +78,7 @@ def _imports(tree: ast.AST, module: str, is_package: bool):
 RANK = {"top": 0, "function": 1, "type": 2}
 
 
+@functools.lru_cache(maxsize=1)
 def import_graph() -> dict[str, dict[str, tuple[int, str]]]:
     """{module: {imported package module: (line, kind)}}: ``from a.b import c`` is an edge to a.b.c
     when c is a module, else to a.b; modules outside the package are left out. Of several imports
