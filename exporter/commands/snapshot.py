@@ -68,7 +68,7 @@ def _fetched(args: argparse.Namespace) -> object:
     body = fetch(url, client_options(args, "from"), accept="application/json")
     try:
         document = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, a number of thousands of digits, nested too deeply
         document = None
     if not isinstance(document, dict) or "gpus" not in document:
         raise UserError(f"--from {args.from_url}: {url} did not answer a snapshot (JSON object with gpus)")
