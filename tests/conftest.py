@@ -100,11 +100,31 @@ E2E_TESTS: dict[str, set[str]] = {
 }
 
 
+# Tests that run real processes against the clock (an exporter that must answer within its poll
+# interval, Prometheus rule evaluation, promtool using every core): one worker runs them one after
+# another, so that two of them never starve each other of the two cores; the other worker takes the
+# rest meanwhile. {module: {test function}}, "*": the whole module (its shared fixture stays on it).
+TIMED_PROCESSES: dict[str, set[str]] = {
+    "test_alert_rules": {"test_promtool_unit_tests_pass"},
+    "test_reliability": {"test_fault_storm_under_10000_scrapes"},
+    "test_e2e_alerting": {"*"},
+    "test_recommend_prometheus_e2e": {"*"},
+    "test_dashboards": {"*"},
+    "test_e2e_serve": {"*"},
+}
+
+
+def _listed(table: dict[str, set[str]], item) -> bool:
+    function = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
+    listed = table.get(item.module.__name__.rpartition(".")[2], ())
+    return function in listed or "*" in listed
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        function = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
-        listed = E2E_TESTS.get(item.module.__name__.rpartition(".")[2], ())
-        if function in listed or "*" in listed:
+        if _listed(E2E_TESTS, item):
             item.add_marker(pytest.mark.e2e)
+        if _listed(TIMED_PROCESSES, item):
+            item.add_marker(pytest.mark.xdist_group("timed-processes"))
         _group_shared_fixtures(item)
