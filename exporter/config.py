@@ -16,8 +16,6 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Mapping
 
 from exporter.errors import UserError
-from exporter.foresight.workload import parse_rules
-from exporter.inputs import load_yaml_file
 from exporter.shipped import shipped_scenarios
 
 # Outside 9100-9999 on purpose: that range of Prometheus's default-port-allocations
@@ -228,7 +226,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "procfs": _path,
     "gpu_timeout": _seconds,
     "state_dir": _path,
-    "workload_rules": lambda raw: parse_rules(raw, "workload_rules"),
+    "workload_rules": lambda raw: _workload_rules(raw),
     "dcgm_address": parse_dcgm_address,
     "dcgm_bindings": _path,
     "dcgm_update_interval": _seconds,
@@ -243,6 +241,12 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "node_name": _node_name,
     "compat_listen": _listen,
 }
+def _workload_rules(raw: Any) -> tuple:
+    from exporter.foresight.workload import parse_rules  # foresight only for a config file that has rules
+
+    return parse_rules(raw, "workload_rules")
+
+
 PATH_KEYS = ("simulate", "procfs", "state_dir", "dcgm_bindings", "web_config_file")
 assert set(PARSERS) == {f.name for f in fields(Settings)}, "every setting needs a parser"
 
@@ -266,6 +270,8 @@ def flag_type(key: str) -> Callable[[str], Any]:
 
 def read_config_file(path: str) -> dict[str, Any]:
     """Parse and validate a YAML config file into {setting: value}; paths made relative to the file."""
+    from exporter.inputs import load_yaml_file  # YAML only when there is a file: flags alone start faster
+
     document = load_yaml_file(path, "config file")
     if document is None:
         return {}

@@ -110,6 +110,48 @@ def parse_yaml(text: str, source: str, loader: type[yaml.SafeLoader] = SafeInput
         raise UserError(f"{source}: not valid YAML: {value_problem(exc)}") from None
 
 
+class _CEvents:
+    """libyaml's scanner and parser (C) in place of PyYAML's Python ones, under the loader's own
+    Python composer and constructors: the depth and alias checks, marks and values stay the
+    same; the scanning, most of the time of a large file (a shipped scenario: 140 kB), gets ~5x
+    cheaper. PyYAML's Reader still checks the text for non-printable characters."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(stream)
+        self._events = yaml.cyaml.CParser(stream)
+
+    def check_event(self, *choices):
+        return self._events.check_event(*choices)
+
+    def peek_event(self):
+        return self._events.peek_event()
+
+    def get_event(self):
+        return self._events.get_event()
+
+    def dispose(self) -> None:
+        super().dispose()
+        self._events.dispose()
+
+
+_FAST: dict[type, type] = {}
+
+
+def load_fast(text: str, loader: type[yaml.SafeLoader]) -> Any:
+    """``yaml.load(text, Loader=loader)``, scanned by libyaml when PyYAML has it. Any failure is
+    reported by the pure-Python loader, so that errors read exactly as they always have (and a
+    text libyaml refuses but PyYAML reads is still read)."""
+    if not getattr(yaml, "__with_libyaml__", False):
+        return yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader subclass
+    fast = _FAST.get(loader)
+    if fast is None:
+        fast = _FAST[loader] = type(f"CEvents{loader.__name__}", (_CEvents, loader), {})
+    try:
+        return yaml.load(text, Loader=fast)  # noqa: S506 - a SafeLoader subclass
+    except Exception:  # noqa: BLE001 - the pure loader raises the error the callers know
+        return yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader subclass
+
+
 def yaml_problem(exc: yaml.YAMLError) -> str:
     """' at line L, column C: problem' of a PyYAML error, on one line."""
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)

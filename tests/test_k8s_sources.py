@@ -181,7 +181,7 @@ def test_background_allocations_refresh_and_survive_a_kubelet_restart(tmp_path, 
     sock = str(tmp_path / "kubelet.sock")
     answer = {"pods": KUBELET_PODS[:1]}
     server = serve(sock, lambda: answer["pods"])
-    source = KubeletAllocations(sock, interval=0.1).start()
+    source = KubeletAllocations(sock, interval=0.1, client=Client(sock)).start()
     try:
         wait_for(lambda: len(source.pods()) == 1)
         generation = source.generation

@@ -44,7 +44,7 @@ class SimBackend:
                  gpu_timeout: float = 5.0, identifier: Identifier | None = None,
                  backend: str = "nvml", dcgm: DcgmOptions | None = None, pod_resolver: Callable | None = None):
         """``pod_resolver(procfs, simulation)`` builds the pod resolver once the fake /proc exists;
-        by default the scenario's pods are read in-process (exporter.k8s.setup.simulated_resolver)."""
+        by default the scenario's pods are read in-process (simulated_resolver)."""
         self.scenario = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         if not speed > 0:
             raise UserError(f"speed: must be greater than 0, got {speed}")
@@ -126,7 +126,7 @@ class SimBackend:
             return identifier
         build = self._pod_resolver
         if build is None:
-            from exporter.k8s.setup import simulated_resolver as build
+            build = simulated_resolver
         resolver = build(ProcFs(self.sim.procfs_root), self.sim)
         return identifier if resolver is None else Identifier(identifier.rules, pods=resolver)
 
@@ -173,3 +173,37 @@ class SimBackend:
         if self.sim is not None:
             self.sim.close()
             self.sim = None
+
+
+def backend_from_settings(settings, dcgm: DcgmOptions) -> SimBackend:
+    """The SimBackend of ``--simulate`` (exporter.config.Settings): the CLI's one door into the simulator."""
+    from exporter.shipped import resolve_scenario
+
+    return SimBackend(resolve_scenario(settings.simulate), speed=settings.speed, gpu_timeout=settings.gpu_timeout,
+                      identifier=Identifier(settings.workload_rules), backend=settings.backend, dcgm=dcgm,
+                      pod_resolver=_simulated_pods(settings))
+
+
+def _simulated_pods(settings):
+    """Pod sources of a simulated node: the scenario's, unless the settings name real ones."""
+    named = [v for v in (settings.kubernetes_api, settings.pod_resources_socket) if v not in ("auto", "off")]
+    if not named:
+        if settings.kubernetes_api == "off" and settings.pod_resources_socket == "off":
+            return lambda procfs, simulation: None
+        return None  # SimBackend's default: the scenario's pods, in-process
+    from exporter.k8s.setup import build_resolver
+
+    api = settings.kubernetes_api if settings.kubernetes_api != "auto" else "off"
+    socket = settings.pod_resources_socket if settings.pod_resources_socket != "auto" else "off"
+    return lambda procfs, simulation: build_resolver(procfs, api, socket, settings.node_name)
+
+
+def simulated_resolver(procfs: ProcFs, simulation: Simulation):
+    """The resolver of a simulated node: the scenario's pods, read in-process; None without pods."""
+    if not any(p.pod is not None for p in simulation.scenario.processes):
+        return None
+    from exporter.k8s.resolver import KubernetesResolver
+    from exporter.sim.kube import SimulatedKube
+
+    kube = SimulatedKube(simulation)
+    return KubernetesResolver(procfs, index=kube.index, allocations=kube)

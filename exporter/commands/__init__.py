@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from exporter.config import DEFAULT_PORT, Settings, flag_type, load_settings
 from exporter.errors import NoGpuError, UserError
-from exporter.identity import Identifier
-from exporter.poller import Backend
-from exporter.shipped import resolve_scenario
+
+if TYPE_CHECKING:  # the backends are imported when one is made: `exporter --help` never loads them
+    from exporter.poller import Backend
 
 log = logging.getLogger(__name__)
 
@@ -139,16 +139,15 @@ def make_backend(settings: Settings) -> Backend:
 
     redact.configure(settings.redact_patterns)  # before the backend reads a command line
     if settings.simulate is not None:
-        from exporter.backend.sim import SimBackend
+        from exporter.backend.sim import backend_from_settings  # the one door into the simulator
 
-        return SimBackend(resolve_scenario(settings.simulate), speed=settings.speed, gpu_timeout=settings.gpu_timeout,
-                          identifier=Identifier(settings.workload_rules), backend=settings.backend, dcgm=options,
-                          pod_resolver=_simulated_pods(settings))
+        return backend_from_settings(settings, options)
     if not os.path.isdir(settings.procfs):
         raise UserError(f"procfs {settings.procfs}: not a directory")
     from exporter.backend.choose import ChosenBackend
     from exporter.backend.nvml import NvmlBackend
     from exporter.backend.procinfo import ProcFs
+    from exporter.identity import Identifier
     from exporter.k8s.setup import build_resolver
 
     pods = build_resolver(ProcFs(settings.procfs), settings.kubernetes_api, settings.pod_resources_socket,
@@ -157,16 +156,3 @@ def make_backend(settings: Settings) -> Backend:
                        identifier=Identifier(settings.workload_rules, pods=pods))
     return ChosenBackend(settings.backend, nvml, options)
 
-
-def _simulated_pods(settings: Settings):
-    """Pod sources of a simulated node: the scenario's, unless the settings name real ones."""
-    named = [v for v in (settings.kubernetes_api, settings.pod_resources_socket) if v not in ("auto", "off")]
-    if not named:
-        if settings.kubernetes_api == "off" and settings.pod_resources_socket == "off":
-            return lambda procfs, simulation: None
-        return None  # SimBackend's default: the scenario's pods, in-process
-    from exporter.k8s.setup import build_resolver
-
-    api = settings.kubernetes_api if settings.kubernetes_api != "auto" else "off"
-    socket = settings.pod_resources_socket if settings.pod_resources_socket != "auto" else "off"
-    return lambda procfs, simulation: build_resolver(procfs, api, socket, settings.node_name)

@@ -11,11 +11,12 @@ import argparse
 import os
 import sys
 
+from typing import TYPE_CHECKING
+
 from exporter.errors import UserError
-from exporter.foresight.state import Foresight
-from exporter.foresight.store import DB_NAME
-from exporter.foresight.store import import_json as parse_export
-from exporter.logging_setup import configure_logging
+
+if TYPE_CHECKING:  # imported where used: `exporter --help` does not load foresight and SQLite
+    from exporter.foresight.state import Foresight
 
 HELP = "export or import learned workload memory profiles (JSON)"
 
@@ -43,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     action = getattr(args, "_action", None)
     if action is None:
         raise UserError("profiles: missing action, one of: export, import (see 'exporter profiles --help')")
+    from exporter.logging_setup import configure_logging
+
     configure_logging("warning", "text")  # store warnings (a corrupt file set aside) as one line each
     return action(args)
 
@@ -60,6 +63,9 @@ def _open(state_dir: str, need_store: bool) -> Foresight:
             raise UserError(f"--state-dir {state_dir}: cannot create: {exc.strerror or exc}") from None
     if not os.path.isdir(state_dir):
         raise UserError(f"--state-dir {state_dir}: no such directory")
+    from exporter.foresight.state import Foresight
+    from exporter.foresight.store import DB_NAME
+
     if need_store and not os.path.isfile(os.path.join(state_dir, DB_NAME)):
         raise UserError(f"--state-dir {state_dir}: no learned profiles here (no {DB_NAME})")
     foresight = Foresight(state_dir=state_dir)
@@ -109,6 +115,8 @@ def _read(path: str) -> str:
 def _import(args: argparse.Namespace) -> int:
     place = "<stdin>" if args.file == "-" else args.file
     text = _read(args.file)
+    from exporter.foresight.store import import_json as parse_export
+
     offered = len(parse_export(text, place))  # validates before the store is touched
     foresight = _open(args.state_dir, need_store=False)
     try:

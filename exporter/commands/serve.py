@@ -3,25 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import signal
 import sys
 
+from typing import TYPE_CHECKING
+
 from exporter import commands
-from exporter.collectors.forecast import ForecastCollector
-from exporter.collectors.http import HttpCollector
-from exporter.compat.dcgm_exporter import DcgmExporterOutput
-from exporter.compat.listener import start_compat_server
 from exporter.errors import NoGpuError, UserError
-from exporter.foresight.state import Foresight
-from exporter.logging_setup import configure_logging
-from exporter.poller import STALE_AFTER_INTERVALS, Poller
-from exporter.server import start_server
-from exporter.transitions import TransitionLog
-from exporter.web.guard import HttpLimits, HttpStats
-from exporter.web.live import LiveWebConfig, describe
+
+if TYPE_CHECKING:  # imported where used: `exporter --help` and the other commands never load the web server
+    from exporter.compat.dcgm_exporter import DcgmExporterOutput
+    from exporter.foresight.state import Foresight
+    from exporter.poller import Poller
+    from exporter.web.guard import HttpLimits, HttpStats
+    from exporter.web.live import LiveWebConfig
 
 HELP = "poll the GPUs and serve Prometheus metrics over HTTP"
 SETTINGS = ("listen", "interval", "backend", "simulate", "speed", "log_level", "log_format", "procfs", "gpu_timeout",
@@ -41,6 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from exporter.foresight.state import Foresight
+    from exporter.logging_setup import configure_logging
+    from exporter.web.guard import HttpLimits, HttpStats
+    from exporter.web.live import LiveWebConfig
+
     settings = commands.settings_from_args(args)
     configure_logging(settings.log_level, settings.log_format)
     host, port = settings.listen_address
@@ -53,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     foresight = Foresight(state_dir=settings.state_dir, rules=settings.workload_rules)
     compat = None
     if settings.compat_listen is not None:
+        from exporter.compat.dcgm_exporter import DcgmExporterOutput
+
         # dcgm-exporter's hostname label: $NODE_NAME, else the host's name.
         compat = DcgmExporterOutput(settings.node_name or os.environ.get("NODE_NAME") or None)
     poller = make_poller(commands.make_backend(settings), settings.interval, foresight, settings.process_series,
@@ -80,6 +86,11 @@ def make_poller(backend, interval: float, foresight: Foresight, process_series: 
     hung GPU never flaps /health (docs/configuration.md). ``compat`` renders each poll as
     dcgm-exporter's /metrics for the --compat-listen listener (docs/dcgm-exporter.md).
     """
+    from exporter.collectors.forecast import ForecastCollector
+    from exporter.collectors.http import HttpCollector
+    from exporter.poller import STALE_AFTER_INTERVALS, Poller
+    from exporter.transitions import TransitionLog
+
     extra = ([ForecastCollector(foresight, process_series)]
              + ([HttpCollector(http_stats)] if http_stats is not None else []))
     observers = [TransitionLog().observe, foresight.observe] + ([compat.observe] if compat is not None else [])
@@ -89,6 +100,11 @@ def make_poller(backend, interval: float, foresight: Foresight, process_series: 
 
 async def _serve(poller: Poller, host: str, port: int, listen: str, web_config: LiveWebConfig | None = None,
                  limits: HttpLimits | None = None, compat: tuple[DcgmExporterOutput, str] | None = None) -> None:
+    import asyncio
+
+    from exporter.server import start_server
+    from exporter.web.live import describe
+
     # Handlers go in before the "listening" line: whoever reacts to that line may signal at once.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -117,6 +133,8 @@ async def _serve(poller: Poller, host: str, port: int, listen: str, web_config: 
         servers = [server]
         if compat is not None:
             # Same web config (TLS, auth) and limits as the main listener.
+            from exporter.compat.listener import start_compat_server
+
             output, compat_listen = compat
             try:
                 servers.append(await start_compat_server(poller, output, compat_listen, web_config, limits))

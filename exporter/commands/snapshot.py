@@ -2,7 +2,9 @@
 
 The output is one JSON document on one line (JSON Lines), so that appending snapshots to a file
 (``while sleep 15; do exporter snapshot >> node.jsonl; done``) makes a file `exporter recommend
---snapshot` reads; ``--pretty`` indents it for people.
+--snapshot` reads; ``--pretty`` indents it for people. ``--from URL`` prints the latest poll of a
+running exporter instead (its /api/v1/snapshot, the same document): no driver is opened, so the
+loop costs a fetch, not a poll, next to an exporter that polls anyway.
 """
 
 from __future__ import annotations
@@ -12,14 +14,15 @@ import math
 import sys
 import time
 
-from exporter import commands, snapshot_json
+from exporter import commands
 from exporter.errors import NoGpuError, UserError
-from exporter.logging_setup import configure_logging
+from exporter.http_client import add_client_flags, client_options
 
 HELP = "poll the GPUs once and print what was read, as JSON"
 DCGM_WARMUP_SECONDS = 1.0  # the update period snapshot's DCGM watches use (--interval's default)
 SETTINGS = ("backend", "simulate", "speed", "log_level", "log_format", "procfs", "gpu_timeout", "dcgm_address",
             "dcgm_bindings")
+SNAPSHOT_PATH = "/api/v1/snapshot"
 
 
 def _at_seconds(text: str) -> float:
@@ -41,9 +44,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--pretty", action="store_true",
         help="indent the JSON (the default is one line, so `>> file.jsonl` appends one snapshot a line)",
     )
+    parser.add_argument(
+        "--from", dest="from_url", metavar="URL",
+        help="print the latest poll of a running exporter (URL/api/v1/snapshot, e.g. http://localhost:18474) "
+             "instead of reading the GPUs",
+    )
+    add_client_flags(parser, "from", "--from")
+
+
+def _fetched(args: argparse.Namespace) -> object:
+    """The snapshot document a running exporter serves (parsed, to check it is one)."""
+    import json
+
+    from exporter.http_client import fetch
+
+    for key in ("simulate", "at", "backend", "procfs", "dcgm_address", "dcgm_bindings"):
+        if getattr(args, key, None) is not None:
+            flag = commands.flag_name(key) if key != "at" else "--at"
+            raise UserError(f"{flag}: not meaningful together with --from URL (the exporter there reads the GPUs)")
+    url = args.from_url.rstrip("/")
+    if not url.endswith(SNAPSHOT_PATH):
+        url += SNAPSHOT_PATH
+    body = fetch(url, client_options(args, "from"), accept="application/json")
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError):  # not JSON, a number of thousands of digits, nested too deeply
+        document = None
+    if not isinstance(document, dict) or "gpus" not in document:
+        raise UserError(f"--from {args.from_url}: {url} did not answer a snapshot (JSON object with gpus)")
+    return document
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.from_url is not None:
+        import json
+
+        document = _fetched(args)
+        # json.loads then json.dumps gives back the bytes snapshot_json.dumps wrote (one line, same order)
+        sys.stdout.write(json.dumps(document, indent=2 if args.pretty else None) + "\n")
+        return 0
+    from exporter import snapshot_json
+    from exporter.logging_setup import configure_logging
+
     settings = commands.settings_from_args(args)
     configure_logging(settings.log_level, settings.log_format)
     if args.at is not None and settings.simulate is None:

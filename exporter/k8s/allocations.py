@@ -71,15 +71,19 @@ class StaticAllocations:
         pass
 
 
+class AllocationsError(Exception):
+    """The kubelet's answer could not be read (raised by the client, exporter.k8s.podresources)."""
+
+
 class KubeletAllocations:
-    """The latest pod-resources List answer from ``socket_path``; needs the ``[k8s]`` extra (grpcio)."""
+    """The latest pod-resources List answer from ``socket_path``, asked through ``client``
+    (exporter.k8s.podresources.Client: the [k8s] extra, grpcio). The client is given, not
+    imported here: podresources builds on this module's types, and imports go one way."""
 
-    def __init__(self, socket_path: str, interval: float = REFRESH_SECONDS) -> None:
-        from exporter.k8s.podresources import Client  # ImportError without grpcio/protobuf
-
+    def __init__(self, socket_path: str, interval: float = REFRESH_SECONDS, *, client) -> None:
         self.socket_path = socket_path
         self.interval = interval
-        self._client = Client(socket_path)
+        self._client = client
         self._pods: list[PodContainers] = []
         self._devices: list[ContainerDevices] = []
         self.generation = 0
@@ -104,14 +108,12 @@ class KubeletAllocations:
 
     def refresh(self) -> bool:
         """Ask the kubelet once; True when the answer was read."""
-        from exporter.k8s.podresources import PodResourcesError
-
         if not os.path.exists(self.socket_path):
             self._failed(f"{self.socket_path}: no such socket (is the kubelet's pod-resources directory mounted?)")
             return False
         try:
             pods, devices = self._client.list()
-        except PodResourcesError as exc:
+        except AllocationsError as exc:
             self._failed(str(exc))
             return False
         if self.last_error is not None:

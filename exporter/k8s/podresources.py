@@ -31,7 +31,7 @@ from typing import Callable, Iterable
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from exporter.k8s.allocations import DEFAULT_SOCKET, ContainerDevices, PodContainers
+from exporter.k8s.allocations import DEFAULT_SOCKET, AllocationsError, ContainerDevices, PodContainers
 
 SERVICE = "v1.PodResourcesLister"
 LIST_METHOD = f"/{SERVICE}/List"
@@ -161,7 +161,7 @@ class Client:
         self._channel.close()
 
 
-class PodResourcesError(Exception):
+class PodResourcesError(AllocationsError):
     """The socket could not be asked (absent, refused, timeout, permission)."""
 
 

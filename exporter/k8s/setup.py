@@ -60,8 +60,9 @@ def _kubelet_source(socket: str):
         return None
     try:
         from exporter.k8s.allocations import KubeletAllocations
+        from exporter.k8s.podresources import Client  # ImportError without grpcio/protobuf
 
-        source = KubeletAllocations(path)
+        source = KubeletAllocations(path, client=Client(path))
     except ImportError as exc:
         if socket == AUTO:
             log.warning("pod-resources socket %s found, but reading it needs %s (%s)", path, EXTRA_HINT, exc)
@@ -87,13 +88,3 @@ def build_resolver(procfs: ProcFs, api: str = AUTO, socket: str = AUTO, node_nam
         allocations.start()
         closers.append(allocations.close)
     return KubernetesResolver(procfs, index=index, allocations=allocations, closers=closers)
-
-
-def simulated_resolver(procfs: ProcFs, simulation) -> KubernetesResolver | None:
-    """The resolver of a simulated node: the scenario's pods, read in-process; None without pods."""
-    if not any(p.pod is not None for p in simulation.scenario.processes):
-        return None
-    from exporter.sim.kube import SimulatedKube
-
-    kube = SimulatedKube(simulation)
-    return KubernetesResolver(procfs, index=kube.index, allocations=kube)

@@ -41,7 +41,9 @@ class Simulation:
 
     def __init__(self, scenario: Scenario, procfs_dir: str | None = None, start_at: float = 0.0):
         """``start_at``: the virtual time the caller will start at (``--at``); the simulated
-        host's clock is set so that this instant reads the real time now."""
+        host's clock is set so that this instant reads the real time now. With ``start_at`` > 0
+        the fake /proc is first written by the caller's ``advance_to(start_at)``, not for time 0
+        as well (a one-shot `snapshot --at` wrote the processes of both instants)."""
         self.scenario = scenario
         self.engine = Engine(scenario)
         where = scenario.source or scenario.name
@@ -65,7 +67,8 @@ class Simulation:
         self.procfs_root: str = self._procfs.root
         self._saved_lib = None
         self._installed: FakeNvmlLib | None = None
-        self._sync_procfs()
+        if start_at <= 0:
+            self._sync_procfs()
 
     # --- time --------------------------------------------------------------------------
 

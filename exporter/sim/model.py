@@ -10,25 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
 
+# Timeline: defined with its arithmetic (exporter.sim.piecewise), which the scenario's field parsers
+# use without the model; re-exported here as the model's type.
+from exporter.sim.piecewise import Timeline, timeline_value
+
 if TYPE_CHECKING:
     from exporter.sim.fakedcgm.spec import DcgmSpec
-
-# A piecewise-linear function of virtual time: ((t0, v0), (t1, v1), ...), t strictly
-# increasing... except that two points may share a time to express a step. Before t0 the
-# value is v0, after the last point the last value holds. A scalar becomes ((0.0, v),).
-Timeline = tuple[tuple[float, float], ...]
-
-
-def timeline_value(timeline: Timeline, t: float) -> float:
-    """Value of a piecewise-linear timeline at virtual time t (seconds)."""
-    if t <= timeline[0][0]:
-        return timeline[0][1]
-    for (t0, v0), (t1, v1) in zip(timeline, timeline[1:]):
-        if t < t1:
-            if t1 == t0:
-                return v1
-            return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
-    return timeline[-1][1]
 
 
 DEFAULT_DRIVER_VERSION = "580.95.05"  # what a scenario without driver_version simulates

@@ -1,4 +1,4 @@
-"""Exact arithmetic on piecewise-linear timelines (exporter.sim.model.Timeline).
+"""Piecewise-linear timelines (Timeline, the model's type for values over time) and exact arithmetic on them.
 
 The engine needs more than ``timeline_value``: the value approached from the left (to see a
 step up), the slope just after an instant (to know who is growing), and exact integrals of
@@ -7,9 +7,25 @@ clipped linear pieces (energy). Timelines are right-continuous: at a step the ne
 
 from __future__ import annotations
 
-from exporter.sim.model import Timeline, timeline_value
+__all__ = ["Timeline", "timeline_value", "left_value", "slope_after", "integrate_clipped", "breakpoints"]
 
-__all__ = ["timeline_value", "left_value", "slope_after", "integrate_clipped", "breakpoints"]
+
+# A piecewise-linear function of virtual time: ((t0, v0), (t1, v1), ...), t strictly
+# increasing... except that two points may share a time to express a step. Before t0 the
+# value is v0, after the last point the last value holds. A scalar becomes ((0.0, v),).
+Timeline = tuple[tuple[float, float], ...]
+
+
+def timeline_value(timeline: Timeline, t: float) -> float:
+    """Value of a piecewise-linear timeline at virtual time t (seconds)."""
+    if t <= timeline[0][0]:
+        return timeline[0][1]
+    for (t0, v0), (t1, v1) in zip(timeline, timeline[1:]):
+        if t < t1:
+            if t1 == t0:
+                return v1
+            return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    return timeline[-1][1]
 
 
 def left_value(timeline: Timeline, t: float) -> float:

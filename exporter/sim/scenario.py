@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from exporter.errors import UserError
-from exporter.inputs import SafeInputLoader, value_problem
+from exporter.inputs import SafeInputLoader, load_fast, value_problem
 from exporter.sim import scenario_events
 from exporter.sim.model import DEFAULT_DRIVER_VERSION, GpuSpec, Scenario
 from exporter.sim.fakedcgm.spec import parse_dcgm_section
@@ -88,7 +88,7 @@ def load_scenario(path: str | Path) -> Scenario:
     except OSError as exc:
         raise UserError(_one_line(f"{source}: cannot read: {exc.strerror or exc}")) from None
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
+        data = load_fast(text, _StrictLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 from typing import Any, Callable, Iterable
 
-from exporter.sim.model import Timeline
+from exporter.sim.piecewise import Timeline
 from exporter.units import parse_bytes, parse_duration
 
 

@@ -18,7 +18,7 @@ from exporter.sim.state import (
 from exporter.units import parse_mps_pinned_limits
 
 if TYPE_CHECKING:
-    from exporter.sim.engine import Engine
+    from exporter.sim.state import EngineView
     from exporter.sim.model import EventSpec
 
 MPS_SERVER_PID_BASE = 100000
@@ -37,7 +37,7 @@ def client_environ(env: Mapping[str, str], device_uuid: str) -> dict[str, str]:
     return out
 
 
-def build_processes(engine: Engine, where: str) -> list[Proc]:
+def build_processes(engine: EngineView, where: str) -> list[Proc]:
     """Scenario processes bound to their devices, plus one MPS server per MPS device epoch.
 
     Sets ``engine.refused``: MPS clients that start while their device's MPS server is dead
@@ -90,7 +90,7 @@ def build_processes(engine: Engine, where: str) -> list[Proc]:
     return procs
 
 
-def _servers(engine: Engine, clients, mps_events) -> list[Proc]:
+def _servers(engine: EngineView, clients, mps_events) -> list[Proc]:
     """MPS servers, one per up-period of each MPS device.
 
     A server spawns with its device's first client and stays up (like the real one) until
@@ -144,7 +144,7 @@ def _servers(engine: Engine, clients, mps_events) -> list[Proc]:
     return servers
 
 
-def mps_device_events(engine: Engine, events: list[EventSpec], where: str) -> list[tuple[float, DeviceKey, str]]:
+def mps_device_events(engine: EngineView, events: list[EventSpec], where: str) -> list[tuple[float, DeviceKey, str]]:
     """(time, device, kind) of every mps_restart and mps_server_death; a restart with gi None
     on a MIG GPU restarts all its instances."""
     result = []
@@ -162,12 +162,12 @@ def mps_device_events(engine: Engine, events: list[EventSpec], where: str) -> li
     return result
 
 
-def mps_restarts(engine: Engine, events: list[EventSpec], where: str) -> list[tuple[float, DeviceKey]]:
+def mps_restarts(engine: EngineView, events: list[EventSpec], where: str) -> list[tuple[float, DeviceKey]]:
     """(time, device) of every mps_restart (see mps_device_events for deaths too)."""
     return [(at, key) for at, key, kind in mps_device_events(engine, events, where) if kind == "mps_restart"]
 
 
-def resolve_events(engine: Engine, events: list[EventSpec], where: str):
+def resolve_events(engine: EngineView, events: list[EventSpec], where: str):
     """(MPS device events, xids, faults) from the scenario events, sorted by time."""
     xids, faults = [], []
     for e in events:
@@ -193,7 +193,7 @@ def resolve_events(engine: Engine, events: list[EventSpec], where: str):
     return mps_device_events(engine, events, where), xids, faults
 
 
-def _event_gpu(engine: Engine, e: EventSpec, where: str) -> int:
+def _event_gpu(engine: EngineView, e: EventSpec, where: str) -> int:
     if e.gpu not in engine.gpus:
         raise UserError(f"{where}: events[{e.kind} at {e.at:g}s].gpu: no GPU with index {e.gpu}")
     return e.gpu

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping, Protocol
 
 from exporter.catalog import MIB
 from exporter.sim.mig_layout import MigInstance
 from exporter.sim.model import Timeline
 from exporter.sim.piecewise import timeline_value
+
+if TYPE_CHECKING:
+    from exporter.catalog import GpuModel
+    from exporter.sim.mig_layout import Epoch
+    from exporter.sim.model import GpuSpec, Scenario
 
 MPS_SERVER_NAME = "nvidia-cuda-mps-server"
 MPS_SERVER_MEMORY = 60 * MIB
@@ -182,3 +187,22 @@ class Lifecycle:
 
     def driver_version(self, t: float) -> str:
         return [version for when, version in self._driver if when <= t][-1]
+
+
+class EngineView(Protocol):
+    """What the engine's helpers (exporter.sim.setup, exporter.sim.telemetry) use of the Engine
+    (exporter.sim.engine) that builds them: named here, so that they need not import the engine
+    that imports them (imports in the package go one way, tests/test_architecture.py)."""
+
+    scenario: Scenario
+    gpus: dict[int, GpuSpec]
+    models: dict[int, GpuModel]
+    devices: dict[DeviceKey, Device]
+    lifecycle: Lifecycle
+    refused: dict[float, list[Proc]]
+    now: float
+
+    def epoch(self, gpu: int, t: float | None = None) -> Epoch: ...
+
+    def alive(self, t: float | None = None, gpu: int | None = None,
+              device: DeviceKey | None = None) -> list[Proc]: ...

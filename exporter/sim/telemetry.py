@@ -31,8 +31,7 @@ from exporter.sim.state import Proc
 from exporter.snapshot import ACTIVITY_FIELDS
 
 if TYPE_CHECKING:
-    from exporter.sim.engine import Engine
-    from exporter.sim.state import DeviceKey
+    from exporter.sim.state import DeviceKey, EngineView
 
 UTILIZATION_GAIN = 1.15
 POWER_CAP_FRACTION = 0.98
@@ -54,7 +53,7 @@ def process_activity(p: Proc, pipe: str, t: float) -> float:
 class Telemetry:
     """Read-only views of an Engine; every method takes a virtual time t <= engine.now."""
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: EngineView):
         self.engine = engine
 
     def device_activity(self, key: DeviceKey, t: float) -> dict[str, float]:
