@@ -24,7 +24,7 @@ from collections import defaultdict
 import yaml
 
 from exporter import catalog
-from exporter.recommend.outputs_text import basis_lines
+from exporter.recommend.outputs_basis import basis_lines
 from exporter.recommend.result import GpuPlan, Recommendation
 
 # PCI device ids (device << 16 | vendor) per catalog model, every variant with the same MIG

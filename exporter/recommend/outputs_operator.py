@@ -14,7 +14,7 @@ import shlex
 import yaml
 
 from exporter.recommend import operator_objects as ops
-from exporter.recommend.outputs_text import basis_lines
+from exporter.recommend.outputs_basis import basis_lines
 from exporter.recommend.result import Recommendation
 
 
