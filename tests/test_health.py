@@ -15,6 +15,7 @@ from dcgm_helpers import NV_HOSTENGINE, Run, scrape_at, value, write_scenario
 from exporter.backend.choose import DcgmOptions
 from exporter.errors import UserError
 from exporter.sim.model import timeline_value
+from exporter.sim.piecewise import integral
 from exporter.sim.scenario import load_scenario
 from tests.conftest import SCENARIOS
 
@@ -74,8 +75,30 @@ def test_values_equal_the_scenario(at_250):
     assert expected[0]["uncorrectable"] == 1 and expected[0]["pending"] == 1  # the scenario injects them
     assert value(series, "gpushare_gpu_last_xid", gpu="0") == expected["last_xid"] == 63
     assert value(series, "gpushare_gpu_last_xid", gpu="1") is None  # no XID there: absent, not 0
-    # PCIe throughput: the scenario's bytes/s, through NVML's KB/s
-    assert value(series, "gpushare_gpu_pcie_receive_bytes_per_second", gpu="0") == 6 * 1024**3
+    # PCIe: byte counters since driver load, the integral of the scenario's bytes/s
+    rx = load_scenario(HEALTH_NODE).gpus[0].pcie_rx_bytes_per_second
+    assert value(series, "gpushare_gpu_pcie_receive_bytes_total", gpu="0") == int(integral(rx, 250))
+    assert value(series, "gpushare_gpu_pcie_receive_bytes_total", gpu="0") == 6 * 1024**3 * (250 - 15)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pcie_rate_comes_from_two_polls_counters(backend):
+    """No 20 ms nvmlDeviceGetPcieThroughput sample: the byte counters ride in the one
+    field-values call, and the snapshot's bytes/s is their difference over the driver's
+    timestamps: absent on the first poll, the scenario's rate after the second."""
+    with Run(HEALTH_NODE, backend, interval=10.0) as run:
+        run.poll(20)
+        first = run.snapshot.gpus[0].health
+        run.poll(40)  # the ramp (0 -> 6 GiB/s over 0..30 s) then flat: mean over 20..40 s
+        second = run.snapshot.gpus[0].health
+        run.poll(50)
+        third = run.snapshot.gpus[0].health
+        assert run.backend.nvml.caller.calls_by_name["nvmlDeviceGetPcieThroughput"] == 0
+    assert first.pcie_rx_bytes_per_second is None and first.pcie_rx_bytes is not None
+    rx = load_scenario(HEALTH_NODE).gpus[0].pcie_rx_bytes_per_second
+    assert second.pcie_rx_bytes_per_second == pytest.approx((integral(rx, 40) - integral(rx, 20)) / 20)
+    assert third.pcie_rx_bytes_per_second == pytest.approx(6 * 1024**3)
+    assert third.pcie_tx_bytes_per_second == pytest.approx(2 * 1024**3)
 
 
 def test_boards_without_a_feature_export_no_series(at_250):

@@ -21,11 +21,11 @@ MEMORY_TEMPERATURE = Spec("gpushare_gpu_memory_temperature_celsius", "gauge",
                           "Device memory (HBM) temperature.", GPU, "celsius")
 PCIE_REPLAYS = Spec("gpushare_gpu_pcie_replay_errors_total", "counter",
                     "PCIe replays (link-level retransmissions) since the driver was loaded.", GPU)
-PCIE_TX = Spec("gpushare_gpu_pcie_transmit_bytes_per_second", "gauge",
-               "PCIe bytes sent by the GPU per second, over the driver's last sample.", GPU, "bytes_per_second")
-PCIE_RX = Spec("gpushare_gpu_pcie_receive_bytes_per_second", "gauge",
-               "PCIe bytes received by the GPU per second, over the driver's last sample.", GPU,
-               "bytes_per_second")
+# Counters, not the driver's 20 ms throughput sample: rate() over them is the throughput.
+PCIE_TX = Spec("gpushare_gpu_pcie_transmit_bytes_total", "counter",
+               "PCIe bytes sent by the GPU since the driver was loaded.", GPU, "bytes")
+PCIE_RX = Spec("gpushare_gpu_pcie_receive_bytes_total", "counter",
+               "PCIe bytes received by the GPU since the driver was loaded.", GPU, "bytes")
 ENCODER = Spec("gpushare_gpu_encoder_utilization_ratio", "gauge",
                "Fraction of the last sample period the video encoder (NVENC) was busy.", GPU, "ratio")
 DECODER = Spec("gpushare_gpu_decoder_utilization_ratio", "gauge",
@@ -83,8 +83,8 @@ class HealthCollector(SnapshotCollector):
     def _add(out: Families, ids: tuple[str, str], h: DeviceHealth) -> None:
         out.add(MEMORY_TEMPERATURE, ids, h.memory_temperature_celsius)
         out.add(PCIE_REPLAYS, ids, h.pcie_replay_errors)
-        out.add(PCIE_TX, ids, h.pcie_tx_bytes_per_second)
-        out.add(PCIE_RX, ids, h.pcie_rx_bytes_per_second)
+        out.add(PCIE_TX, ids, h.pcie_tx_bytes)
+        out.add(PCIE_RX, ids, h.pcie_rx_bytes)
         out.add(ENCODER, ids, h.encoder_utilization_ratio)
         out.add(DECODER, ids, h.decoder_utilization_ratio)
         out.add(ENCODER_SESSIONS, ids, h.encoder_sessions)
