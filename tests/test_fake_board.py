@@ -211,6 +211,18 @@ def test_pcie_byte_counters_are_the_integral_of_the_throughput(host):
     assert tx14 - tx == 1024 * pynvml.nvmlDeviceGetPcieThroughput(h(0), pynvml.NVML_PCIE_UTIL_TX_BYTES) * 4
 
 
+def test_perf_policy_fields_hold_the_violation_status_times(host):
+    """NVML_FI_DEV_PERF_POLICY_POWER .. _RELIABILITY answer the ns nvmlDeviceGetViolationStatus
+    gives for the same policy (power from the scenario, the others 0)."""
+    sim = host({"gpus": [{"model": "H100-80GB", "power_violation_seconds": [[0, 0], [10, 0], [20, 10]]}]})
+    sim.advance_to(15)
+    policies = range(pynvml.NVML_PERF_POLICY_POWER, pynvml.NVML_PERF_POLICY_RELIABILITY + 1)
+    fields = pynvml.nvmlDeviceGetFieldValues(h(0), [pynvml.NVML_FI_DEV_PERF_POLICY_POWER + p for p in policies])
+    calls = [pynvml.nvmlDeviceGetViolationStatus(h(0), p).violationTime for p in policies]
+    assert [f.value.ullVal for f in fields] == calls
+    assert calls[0] == 5 * 10**9 and calls[1:] == [0] * 5
+
+
 def test_process_samples_are_stamped_on_the_simulation_clock(host):
     """Started at --at 600, the simulated host's "now" is the real now: per-process
     utilization samples are not 600 s in the future, and nvitop's "now - 1 s" finds them."""

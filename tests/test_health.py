@@ -101,6 +101,21 @@ def test_pcie_rate_comes_from_two_polls_counters(backend):
     assert third.pcie_tx_bytes_per_second == pytest.approx(2 * 1024**3)
 
 
+def test_clock_event_times_ride_in_the_field_values_call():
+    """The six violation times come from NVML_FI_DEV_PERF_POLICY_* in the poll's one
+    field-values call: no nvmlDeviceGetViolationStatus, every policy present on every GPU."""
+    with Run(HEALTH_NODE, "nvml", interval=10.0) as run:
+        run.poll(240)
+        run.poll(250)
+        calls = run.backend.nvml.caller.calls_by_name
+        assert calls["nvmlDeviceGetViolationStatus"] == 0
+        assert calls["nvmlDeviceGetFieldValues"] == 2 * 4  # one per GPU per poll
+        for gpu in run.snapshot.gpus:
+            assert sorted(gpu.health.clock_event_seconds) == sorted(
+                ["power", "thermal", "sync_boost", "board_limit", "low_utilization", "reliability"])
+        assert run.snapshot.gpus[0].health.clock_event_seconds["power"] == pytest.approx(truth(250)[0]["power"])
+
+
 def test_boards_without_a_feature_export_no_series(at_250):
     backend, series = at_250
     l4, t4 = {"gpu": "2"}, {"gpu": "3"}

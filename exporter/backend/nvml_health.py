@@ -11,8 +11,10 @@ Getters and their units (every call goes through NvmlCaller.call, the choke poin
   20 ms per call on a real driver (40 ms of every poll per GPU for TX and RX): the counters
   are exported as they are, and the bytes/s of DeviceHealth are derived from two polls'
   counters over the driver's own timestamps (absent on the first poll and after a wrap).
-- ``nvmlDeviceGetViolationStatus(h, NVML_PERF_POLICY_*)``: ``violationTime`` in ns the clocks
-  were held below the requested clocks by that policy, cumulative (-> seconds).
+  In the same call, ``NVML_FI_DEV_PERF_POLICY_POWER`` ... ``_RELIABILITY`` (74-79): the ns the
+  clocks were held below the requested clocks by that policy, cumulative (-> seconds), the
+  value ``nvmlDeviceGetViolationStatus(h, NVML_PERF_POLICY_*).violationTime`` gives, without
+  its six calls per GPU.
 - ``nvmlDeviceGetEncoderUtilization`` / ``nvmlDeviceGetDecoderUtilization``: [percent, sampling
   period µs] (-> ratio); ``nvmlDeviceGetEncoderStats``: (sessions, fps, latency µs).
 - ``nvmlDeviceGetRemappedRows``: (correctable, uncorrectable, pending, failure) rows;
@@ -39,14 +41,14 @@ from exporter.snapshot import DeviceHealth, NvLink
 # counters are read by alerts as rates over minutes.
 SLOW_SECONDS = 60.0
 
-# Snapshot clock_event_seconds key -> pynvml perf policy constant (what DCGM_FI_DEV_*_VIOLATION report).
-VIOLATION_POLICIES = (
-    ("power", "NVML_PERF_POLICY_POWER"),
-    ("thermal", "NVML_PERF_POLICY_THERMAL"),
-    ("sync_boost", "NVML_PERF_POLICY_SYNC_BOOST"),
-    ("board_limit", "NVML_PERF_POLICY_BOARD_LIMIT"),
-    ("low_utilization", "NVML_PERF_POLICY_LOW_UTILIZATION"),
-    ("reliability", "NVML_PERF_POLICY_RELIABILITY"),
+# Snapshot clock_event_seconds key -> pynvml perf policy field id (what DCGM_FI_DEV_*_VIOLATION report).
+VIOLATION_FIELDS = (
+    ("power", "NVML_FI_DEV_PERF_POLICY_POWER"),
+    ("thermal", "NVML_FI_DEV_PERF_POLICY_THERMAL"),
+    ("sync_boost", "NVML_FI_DEV_PERF_POLICY_SYNC_BOOST"),
+    ("board_limit", "NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT"),
+    ("low_utilization", "NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION"),
+    ("reliability", "NVML_FI_DEV_PERF_POLICY_RELIABILITY"),
 )
 # NvLink.errors key -> pynvml NVLink error counter constant.
 NVLINK_ERRORS = (
@@ -71,6 +73,7 @@ class HealthReader:
         self._links: int | None = None  # NVLink links of this board (0: none); None: not known yet
         self._link_state: dict[int, tuple[bool | None, dict[str, int]]] = {}
         self.last_xid: tuple[int, float] | None = None  # (code, Unix seconds), set by the XID drain
+        self._violation_keys = {getattr(self.nv, const): key for key, const in VIOLATION_FIELDS}
         # direction ("tx", "rx") -> (bytes, driver timestamp µs) of the last poll: the rate's base
         self._pcie_last: dict[str, tuple[int, int]] = {}
 
@@ -102,7 +105,7 @@ class HealthReader:
         values.update(self._pcie_rates(fields["pcie"]))
         values.update(self._media(ctx, h, mig_mode, utilization=mine))
         if mine:
-            values["clock_event_seconds"] = self._violations(ctx, h)
+            values["clock_event_seconds"] = fields["violations"]
             values.update(self._memory(ctx, h))
         if self.last_xid is not None:
             values["last_xid"], values["last_xid_timestamp"] = self.last_xid
@@ -111,17 +114,18 @@ class HealthReader:
     # -- per poll -------------------------------------------------------------------------
 
     def _fields(self, ctx: PollContext, h, mine: bool) -> dict:
-        """Memory temperature, PCIe replays and NVLink data counters in one field-values call."""
+        """Memory temperature, PCIe replays and byte counters, clock-event (violation) times
+        and NVLink data counters in one field-values call."""
         nv = self.nv
         ids: list = [nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES]
         if mine:
-            ids += [nv.NVML_FI_DEV_MEMORY_TEMP, nv.NVML_FI_DEV_PCIE_REPLAY_COUNTER]
+            ids += [nv.NVML_FI_DEV_MEMORY_TEMP, nv.NVML_FI_DEV_PCIE_REPLAY_COUNTER, *self._violation_keys]
         if self._links is None:
             ids.append(nv.NVML_FI_DEV_NVLINK_LINK_COUNT)
         links = self._links or 0
         for link in range(links):
             ids += [(nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link), (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link)]
-        out: dict = {"_values": {}, "tx": {}, "rx": {}, "pcie": {}}
+        out: dict = {"_values": {}, "tx": {}, "rx": {}, "pcie": {}, "violations": {}}
         answer = ctx.raw("gpu", "nvmlDeviceGetFieldValues", h, ids)
         if answer is NA and self._links is None:
             self._links = 0  # no field values at all (old driver): no NVLink either
@@ -139,6 +143,8 @@ class HealthReader:
                 out["_values"]["memory_temperature_celsius"] = float(number)
             elif fid == nv.NVML_FI_DEV_PCIE_REPLAY_COUNTER:
                 out["_values"]["pcie_replay_errors"] = int(number)
+            elif fid in self._violation_keys:
+                out["violations"][self._violation_keys[fid]] = number / 1e9  # ns -> s
             elif fid == nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES:
                 out["pcie"]["tx"] = (int(number), int(entry.timestamp))
             elif fid == nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES:
@@ -179,14 +185,6 @@ class HealthReader:
         stats = ctx.get("gpu", "nvmlDeviceGetEncoderStats", h)
         if stats is not None:
             out["encoder_sessions"] = int(stats[0])
-        return out
-
-    def _violations(self, ctx: PollContext, h) -> dict[str, float]:
-        out = {}
-        for key, const in VIOLATION_POLICIES:
-            status = ctx.get("gpu", "nvmlDeviceGetViolationStatus", h, getattr(self.nv, const))
-            if status is not None:
-                out[key] = status.violationTime / 1e9  # ns -> s
         return out
 
     # -- at most every SLOW_SECONDS ------------------------------------------------------
