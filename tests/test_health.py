@@ -13,10 +13,12 @@ import pytest
 
 from dcgm_helpers import NV_HOSTENGINE, Run, scrape_at, value, write_scenario
 from exporter.backend.choose import DcgmOptions
+from exporter.collectors.health import HealthCollector
 from exporter.errors import UserError
 from exporter.sim.model import timeline_value
 from exporter.sim.piecewise import integral
 from exporter.sim.scenario import load_scenario
+from exporter.snapshot import DeviceHealth, GpuInfo, NvLink, Snapshot
 from tests.conftest import SCENARIOS
 
 HEALTH_NODE = SCENARIOS / "health-node.yaml"
@@ -114,6 +116,24 @@ def test_clock_event_times_ride_in_the_field_values_call():
             assert sorted(gpu.health.clock_event_seconds) == sorted(
                 ["power", "thermal", "sync_boost", "board_limit", "low_utilization", "reliability"])
         assert run.snapshot.gpus[0].health.clock_event_seconds["power"] == pytest.approx(truth(250)[0]["power"])
+
+
+def test_nvlink_errors_are_summed_over_links_by_type():
+    """One gpushare_gpu_nvlink_errors_total per GPU and type (no link label), the sum of the
+    snapshot's per-link counts; a type no link reports has no series, a GPU without links none."""
+    links = (NvLink(link=0, active=True, tx_bytes=1, rx_bytes=2, errors={"replay": 2, "crc_flit": 5}),
+             NvLink(link=1, active=True, tx_bytes=3, rx_bytes=4, errors={"replay": 1}),
+             NvLink(link=2, active=False, tx_bytes=None, rx_bytes=None, errors={}))
+    gpus = (GpuInfo(index=0, uuid="GPU-a", name="H100", pci_bus_id="0", up=True, health=DeviceHealth(nvlinks=links)),
+            GpuInfo(index=1, uuid="GPU-b", name="L4", pci_bus_id="1", up=True))
+    snapshot = Snapshot(timestamp=0.0, backend="nvml", driver_version="580", poll_duration_seconds=0.0, gpus=gpus)
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in HealthCollector(lambda: snapshot).collect() for s in family.samples}
+    errors = {dict(labels)["gpu"] + "/" + dict(labels)["type"]: v for (name, labels), v in samples.items()
+              if name == "gpushare_gpu_nvlink_errors_total"}
+    assert errors == {"0/replay": 3, "0/crc_flit": 5}
+    assert all("link" not in dict(labels) for (name, labels) in samples if name == "gpushare_gpu_nvlink_errors_total")
+    assert len([k for k in samples if k[0] == "gpushare_gpu_nvlink_up"]) == 3  # per link stays per link
 
 
 def test_boards_without_a_feature_export_no_series(at_250):

@@ -36,9 +36,11 @@ NVLINK_TX = Spec("gpushare_gpu_nvlink_transmit_bytes_total", "counter",
                  "NVLink data bytes sent since the driver was loaded.", LINK, "bytes")
 NVLINK_RX = Spec("gpushare_gpu_nvlink_receive_bytes_total", "counter",
                  "NVLink data bytes received since the driver was loaded.", LINK, "bytes")
+# Summed over links, as dcgm-exporter's DCGM_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL: 4 series per
+# GPU instead of 4 per link (72 on an H100 SXM); the per-link counts stay in NvLink.errors.
 NVLINK_ERRORS = Spec("gpushare_gpu_nvlink_errors_total", "counter",
-                     "NVLink data-link errors (crc_flit, crc_data, replay, recovery) since the driver was loaded.",
-                     LINK + ("type",))
+                     "NVLink data-link errors (crc_flit, crc_data, replay, recovery) since the driver was loaded, "
+                     "summed over the GPU's links.", GPU + ("type",))
 REMAPPED_ROWS = Spec("gpushare_gpu_remapped_rows_total", "counter",
                      "Memory rows remapped over the board's life, by the error that caused it.", GPU + ("kind",))
 REMAP_PENDING = Spec("gpushare_gpu_row_remap_pending", "gauge",
@@ -88,13 +90,16 @@ class HealthCollector(SnapshotCollector):
         out.add(ENCODER, ids, h.encoder_utilization_ratio)
         out.add(DECODER, ids, h.decoder_utilization_ratio)
         out.add(ENCODER_SESSIONS, ids, h.encoder_sessions)
+        errors: dict[str, int] = {}
         for link in h.nvlinks:
             labels = ids + (str(link.link),)
             out.add(NVLINK_UP, labels, _flag(link.active))
             out.add(NVLINK_TX, labels, link.tx_bytes)
             out.add(NVLINK_RX, labels, link.rx_bytes)
-            for kind, count in sorted(link.errors.items()):
-                out.add(NVLINK_ERRORS, labels + (kind,), count)
+            for kind, count in link.errors.items():
+                errors[kind] = errors.get(kind, 0) + count
+        for kind, count in sorted(errors.items()):  # a type no link reports has no series
+            out.add(NVLINK_ERRORS, ids + (kind,), count)
         for kind, count in sorted(h.remapped_rows.items()):
             out.add(REMAPPED_ROWS, ids + (kind,), count)
         out.add(REMAP_PENDING, ids, _flag(h.row_remap_pending))
