@@ -57,6 +57,7 @@ class Settings:
     kubernetes_api: str = "auto"  # auto (in-cluster when in a pod) | off | URL of the API server
     pod_resources_socket: str = "auto"  # auto (the kubelet's, when present) | off | socket path
     node_name: str | None = None  # whose pods to watch; None = $NODE_NAME
+    compat_listen: str | None = None  # second listener serving dcgm-exporter's /metrics; None = off
 
     @property
     def listen_address(self) -> tuple[str, int]:
@@ -240,6 +241,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "kubernetes_api": _api_url,
     "pod_resources_socket": _socket,
     "node_name": _node_name,
+    "compat_listen": _listen,
 }
 PATH_KEYS = ("simulate", "procfs", "state_dir", "dcgm_bindings", "web_config_file")
 assert set(PARSERS) == {f.name for f in fields(Settings)}, "every setting needs a parser"

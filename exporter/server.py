@@ -205,7 +205,8 @@ DOC_TITLES = (("metrics.md", "every metric, its unit and labels"),
               ("kubernetes.md", "pods, per-pod numbers and accounting, deployment"),
               ("alerts.md", "alert rules"), ("foresight.md", "the OOM forecast, its accuracy and limits"),
               ("runbooks.md", "what to do when an alert fires"),
-              ("dashboards.md", "Grafana dashboards"), ("scenarios.md", "the --simulate scenario format"))
+              ("dashboards.md", "Grafana dashboards"), ("scenarios.md", "the --simulate scenario format"),
+              ("dcgm-exporter.md", "replacing dcgm-exporter: the --compat-listen output"))
 
 
 class Server:

@@ -177,6 +177,9 @@ class GpuInfo:
     processes: tuple[ProcessInfo, ...] = ()
     mps_servers: tuple[MpsServer, ...] = ()
     health: DeviceHealth = DeviceHealth()  # issue 21: health and I/O reads
+    # DCGM's gpuId of this GPU (the backend dcgm matches it by UUID; it need not equal ``index``);
+    # None under the nvml backend. The dcgm-exporter output's ``gpu`` label (exporter.compat).
+    dcgm_gpu_id: int | None = None
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ class DcgmBackend:
         self.source = DcgmSource(bindings, address, interval, session, update_interval)
         self.reason = reason
         self._open = False
+        self._gpu_ids: dict[int, int] = {}  # NVML index -> DCGM gpuId, from the last mapping
 
     def open(self) -> None:
         if not getattr(self.nvml, "_open", False):
@@ -68,7 +69,11 @@ class DcgmBackend:
         return self._merge(snapshot, reading, time.monotonic() - started)
 
     def _merge(self, snapshot: Snapshot, reading: DcgmReading, duration: float) -> Snapshot:
-        gpus = tuple(self._merge_gpu(gpu, reading) for gpu in snapshot.gpus)
+        session = self.source.session
+        if session is not None and session.gpu_index:  # kept while the host engine is away
+            self._gpu_ids = {index: gpu_id for gpu_id, index in session.gpu_index.items()}
+        gpus = tuple(self._merge_gpu(dataclasses.replace(gpu, dcgm_gpu_id=self._gpu_ids.get(gpu.index)), reading)
+                     for gpu in snapshot.gpus)
         section_ok = dict(snapshot.section_ok)
         for section, _, _ in reading.value_errors:
             section_ok[section] = False

@@ -54,6 +54,8 @@ _FLAG_HELP: dict[str, tuple[str, str]] = {
     "pod_resources_socket": ("{auto,off,PATH}", "the kubelet's pod-resources socket, for pods and their GPU/MIG "
                              "devices (auto: /var/lib/kubelet/pod-resources/kubelet.sock when present)"),
     "node_name": ("NAME", "the Kubernetes node this exporter runs on (default $NODE_NAME)"),
+    "compat_listen": ("HOST:PORT", "also serve NVIDIA dcgm-exporter's /metrics (names, labels, units) on this "
+                      "address, e.g. :9400 (docs/dcgm-exporter.md; default off)"),
 }
 # Flags spelled as Prometheus and its exporters spell them; the config key stays key_with_underscores.
 _FLAG_NAMES = {

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 
 from exporter import commands
 from exporter.collectors.forecast import ForecastCollector
 from exporter.collectors.http import HttpCollector
+from exporter.compat.dcgm_exporter import DcgmExporterOutput
+from exporter.compat.listener import start_compat_server
 from exporter.errors import NoGpuError, UserError
 from exporter.foresight.state import Foresight
 from exporter.logging_setup import configure_logging
@@ -24,7 +27,7 @@ HELP = "poll the GPUs and serve Prometheus metrics over HTTP"
 SETTINGS = ("listen", "interval", "backend", "simulate", "speed", "log_level", "log_format", "procfs", "gpu_timeout",
             "state_dir", "dcgm_address", "dcgm_bindings", "dcgm_update_interval", "web_config_file", "web_max_connections",
             "web_read_timeout", "web_idle_timeout", "process_series", "kubernetes_api", "pod_resources_socket",
-            "node_name")
+            "node_name", "compat_listen")
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +51,15 @@ def run(args: argparse.Namespace) -> int:
                         idle_timeout=settings.web_idle_timeout)
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_SECONDS)
     foresight = Foresight(state_dir=settings.state_dir, rules=settings.workload_rules)
+    compat = None
+    if settings.compat_listen is not None:
+        # dcgm-exporter's hostname label: $NODE_NAME, else the host's name.
+        compat = DcgmExporterOutput(settings.node_name or os.environ.get("NODE_NAME") or None)
     poller = make_poller(commands.make_backend(settings), settings.interval, foresight, settings.process_series,
-                         gpu_timeout=settings.gpu_timeout, http_stats=http_stats)
+                         gpu_timeout=settings.gpu_timeout, http_stats=http_stats, compat=compat)
     try:
-        asyncio.run(_serve(poller, host, port, settings.listen, web_config, limits))
+        asyncio.run(_serve(poller, host, port, settings.listen, web_config, limits,
+                           compat=(compat, settings.compat_listen) if compat is not None else None))
     finally:
         # Bounded wait: a poll stuck in the driver must not keep the process alive forever.
         poller.stop(timeout=settings.gpu_timeout + 5.0)
@@ -61,23 +69,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 def make_poller(backend, interval: float, foresight: Foresight, process_series: str = "pod", *,
-                gpu_timeout: float = 0.0, http_stats: HttpStats | None = None) -> Poller:
+                gpu_timeout: float = 0.0, http_stats: HttpStats | None = None,
+                compat: DcgmExporterOutput | None = None) -> Poller:
     """The poller serve runs: snapshot collectors, the forecasts ``foresight`` learns from each
     poll, the HTTP self-metrics, and the log of what changed between polls. ``process_series``
     is what one per-process series stands for (exporter.collectors.instances).
 
     /health allows STALE_AFTER_INTERVALS intervals plus ``gpu_timeout`` since the last good
     poll: the poll in which a GPU hangs lasts up to an interval plus the timeout, so a single
-    hung GPU never flaps /health (docs/configuration.md).
+    hung GPU never flaps /health (docs/configuration.md). ``compat`` renders each poll as
+    dcgm-exporter's /metrics for the --compat-listen listener (docs/dcgm-exporter.md).
     """
     extra = ([ForecastCollector(foresight, process_series)]
              + ([HttpCollector(http_stats)] if http_stats is not None else []))
-    return Poller(backend, interval, extra_collectors=extra, observers=[TransitionLog().observe, foresight.observe],
+    observers = [TransitionLog().observe, foresight.observe] + ([compat.observe] if compat is not None else [])
+    return Poller(backend, interval, extra_collectors=extra, observers=observers,
                   stale_after=STALE_AFTER_INTERVALS * interval + gpu_timeout, process_series=process_series)
 
 
 async def _serve(poller: Poller, host: str, port: int, listen: str, web_config: LiveWebConfig | None = None,
-                 limits: HttpLimits | None = None) -> None:
+                 limits: HttpLimits | None = None, compat: tuple[DcgmExporterOutput, str] | None = None) -> None:
     # Handlers go in before the "listening" line: whoever reacts to that line may signal at once.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -103,20 +114,33 @@ async def _serve(poller: Poller, host: str, port: int, listen: str, web_config: 
             server = await start_server(poller, host, port, web_config=web_config, limits=limits)
         except OSError as exc:
             raise UserError(f"--listen {listen}: cannot listen: {exc.strerror or exc}") from None
+        servers = [server]
+        if compat is not None:
+            # Same web config (TLS, auth) and limits as the main listener.
+            output, compat_listen = compat
+            try:
+                servers.append(await start_compat_server(poller, output, compat_listen, web_config, limits))
+            except OSError as exc:
+                await server.close()
+                raise UserError(f"--compat-listen {compat_listen}: cannot listen: {exc.strerror or exc}") from None
         # Polling starts once the port is ours, so a port in use is the first and only line.
         try:
             poller.start()
         except NoGpuError as exc:
-            await server.close()
+            for each in servers:
+                await each.close()
             raise UserError(commands.no_gpu_message(exc, "serve")) from None
         security = describe(web_config.current) if web_config is not None and web_config.current else "no web config"
         log.info("listening on %s (backend %s, polling every %gs; %s)", server.url, poller.backend_name,
                  poller.interval, security)
+        if len(servers) > 1:
+            log.info("serving dcgm-exporter's metrics on %smetrics (--compat-listen)", servers[1].url)
         try:
             await stop.wait()
             log.info("shutting down")
         finally:
-            await server.close()
+            for each in servers:
+                await each.close()
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
