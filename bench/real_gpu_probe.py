@@ -76,6 +76,11 @@ GPU_PROBES = (
     ("power fields (instant, max limit)", "nvmlDeviceGetFieldValues",
      lambda nv, h: (h, [nv.NVML_FI_DEV_POWER_INSTANT, nv.NVML_FI_DEV_POWER_MAX_LIMIT]), False),
     ("remapped rows", "nvmlDeviceGetRemappedRows", lambda nv, h: (h,), False),
+    # What the health reader asks in its one field-values call instead of nvmlDeviceGetPcieThroughput
+    # (20 ms sample per call) and nvmlDeviceGetViolationStatus: does this board and driver answer them?
+    ("PCIe byte counters and violation-time fields", "nvmlDeviceGetFieldValues",
+     lambda nv, h: (h, [nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
+                        *range(nv.NVML_FI_DEV_PERF_POLICY_POWER, nv.NVML_FI_DEV_PERF_POLICY_RELIABILITY + 1)]), False),
     ("retired pages pending", "nvmlDeviceGetRetiredPagesPendingStatus", lambda nv, h: (h,), False),
     ("accounting mode", "nvmlDeviceGetAccountingMode", lambda nv, h: (h,), False),
     ("application clock graphics", "nvmlDeviceGetApplicationsClock", lambda nv, h: (h, nv.NVML_CLOCK_GRAPHICS), False),
