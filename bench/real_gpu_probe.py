@@ -111,8 +111,17 @@ def _error_name(nv, exc) -> str:
     return type(exc).__name__.removeprefix("NVMLError_")
 
 
+def nv_ull() -> int:
+    """NVML_VALUE_TYPE_UNSIGNED_LONG_LONG (pynvml imported late: this module serves the fake too)."""
+    import pynvml
+    return pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+
+
 def _summary(label: str, value):
     """The part of an answer worth comparing/printing."""
+    if label.startswith("PCIe byte counters"):  # the value type says how soon a counter wraps
+        return [(int(v.nvmlReturn), int(v.valueType), int(v.value.ullVal) if v.valueType == nv_ull() else
+                 int(v.value.uiVal)) if v.nvmlReturn == 0 else (int(v.nvmlReturn), None, None) for v in value]
     if "fields" in label:
         return [(int(v.nvmlReturn), int(v.value.uiVal) if v.nvmlReturn == 0 else None) for v in value]
     if label == "PCI device id":
