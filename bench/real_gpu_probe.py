@@ -76,6 +76,11 @@ GPU_PROBES = (
     ("power fields (instant, max limit)", "nvmlDeviceGetFieldValues",
      lambda nv, h: (h, [nv.NVML_FI_DEV_POWER_INSTANT, nv.NVML_FI_DEV_POWER_MAX_LIMIT]), False),
     ("remapped rows", "nvmlDeviceGetRemappedRows", lambda nv, h: (h,), False),
+    # What the health reader asks in its one field-values call instead of nvmlDeviceGetPcieThroughput
+    # (20 ms sample per call) and nvmlDeviceGetViolationStatus: does this board and driver answer them?
+    ("PCIe byte counters and violation-time fields", "nvmlDeviceGetFieldValues",
+     lambda nv, h: (h, [nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
+                        *range(nv.NVML_FI_DEV_PERF_POLICY_POWER, nv.NVML_FI_DEV_PERF_POLICY_RELIABILITY + 1)]), False),
     ("retired pages pending", "nvmlDeviceGetRetiredPagesPendingStatus", lambda nv, h: (h,), False),
     ("accounting mode", "nvmlDeviceGetAccountingMode", lambda nv, h: (h,), False),
     ("application clock graphics", "nvmlDeviceGetApplicationsClock", lambda nv, h: (h, nv.NVML_CLOCK_GRAPHICS), False),
@@ -106,8 +111,17 @@ def _error_name(nv, exc) -> str:
     return type(exc).__name__.removeprefix("NVMLError_")
 
 
+def nv_ull() -> int:
+    """NVML_VALUE_TYPE_UNSIGNED_LONG_LONG (pynvml imported late: this module serves the fake too)."""
+    import pynvml
+    return pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+
+
 def _summary(label: str, value):
     """The part of an answer worth comparing/printing."""
+    if label.startswith("PCIe byte counters"):  # the value type says how soon a counter wraps
+        return [(int(v.nvmlReturn), int(v.valueType), int(v.value.ullVal) if v.valueType == nv_ull() else
+                 int(v.value.uiVal)) if v.nvmlReturn == 0 else (int(v.nvmlReturn), None, None) for v in value]
     if "fields" in label:
         return [(int(v.nvmlReturn), int(v.value.uiVal) if v.nvmlReturn == 0 else None) for v in value]
     if label == "PCI device id":

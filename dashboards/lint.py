@@ -51,6 +51,8 @@ EAGER_COUNTERS = {
     "gpushare_memory_contention_warnings_total": "both outcomes at 0 from the first poll that reads a GPU",
     # GPU health (issue 21): driver totals, present from the first poll of a board that reports them
     "gpushare_gpu_pcie_replay_errors_total": "read from the driver: since driver load, present every poll",
+    "gpushare_gpu_pcie_transmit_bytes_total": "read from the driver: since driver load, present every poll",
+    "gpushare_gpu_pcie_receive_bytes_total": "read from the driver: since driver load, present every poll",
     "gpushare_gpu_nvlink_transmit_bytes_total": "read from the driver: since driver load, present every poll",
     "gpushare_gpu_nvlink_receive_bytes_total": "read from the driver: since driver load, present every poll",
     "gpushare_gpu_nvlink_errors_total": "read from the driver (once a minute, kept between), every type at 0 up",

@@ -122,6 +122,9 @@ class DeviceHealth:
 
     memory_temperature_celsius: float | None = None
     pcie_replay_errors: int | None = None  # cumulative
+    pcie_tx_bytes: int | None = None  # cumulative since driver load (may wrap)
+    pcie_rx_bytes: int | None = None
+    # derived from two polls' byte counters on NVML (absent on the first poll)
     pcie_tx_bytes_per_second: float | None = None
     pcie_rx_bytes_per_second: float | None = None
     encoder_utilization_ratio: float | None = None

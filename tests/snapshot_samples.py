@@ -63,7 +63,8 @@ def mps_gpu() -> GpuInfo:
         # Every health field set, as a vGPU guest on an SXM board would report them (the
         # combination is for coverage: real vGPU guests see no NVLink counters).
         health=DeviceHealth(
-            memory_temperature_celsius=72.0, pcie_replay_errors=4, pcie_tx_bytes_per_second=2.5e9,
+            memory_temperature_celsius=72.0, pcie_replay_errors=4, pcie_tx_bytes=2_500_000_000_000, pcie_rx_bytes=6_000_000_000_000,
+            pcie_tx_bytes_per_second=2.5e9,
             pcie_rx_bytes_per_second=6.0e9, encoder_utilization_ratio=0.1, decoder_utilization_ratio=0.25,
             encoder_sessions=2,
             nvlinks=(NvLink(link=0, active=True, tx_bytes=10 * GIB, rx_bytes=12 * GIB,

@@ -194,6 +194,42 @@ def test_pcie_throughput_is_the_scenario_timeline_in_kib(host):
     assert pynvml.nvmlDeviceGetPcieThroughput(h(0), pynvml.NVML_PCIE_UTIL_TX_BYTES) == 2048
 
 
+def test_pcie_byte_counters_are_the_integral_of_the_throughput(host):
+    """NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES: bytes since driver load, consistent with the
+    throughput the same timelines give nvmlDeviceGetPcieThroughput (ramp 1 -> 3 MiB/s over
+    0..10 s: 20 MiB by 10 s, then 3 MiB/s)."""
+    sim = host({"gpus": [{"model": "A30", "pcie_tx_bytes_per_second": [[0, "1MiB"], [10, "3MiB"]],
+                          "pcie_rx_bytes_per_second": "512KiB"}]})
+    ids = [pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES]
+
+    def counters():
+        values = pynvml.nvmlDeviceGetFieldValues(h(0), ids)
+        assert [v.nvmlReturn for v in values] == [pynvml.NVML_SUCCESS] * 2
+        assert {v.valueType for v in values} == {pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG}
+        return [v.value.ullVal for v in values], values[0].timestamp
+
+    assert counters()[0] == [0, 0]
+    sim.advance_to(10)
+    (tx, rx), stamp10 = counters()
+    assert (tx, rx) == (20 * MIB, 5 * MIB)
+    sim.advance_to(14)
+    (tx14, rx14), stamp14 = counters()
+    assert (tx14 - tx) / ((stamp14 - stamp10) / 1e6) == 3 * MIB  # the rate a reader derives
+    assert tx14 - tx == 1024 * pynvml.nvmlDeviceGetPcieThroughput(h(0), pynvml.NVML_PCIE_UTIL_TX_BYTES) * 4
+
+
+def test_perf_policy_fields_hold_the_violation_status_times(host):
+    """NVML_FI_DEV_PERF_POLICY_POWER .. _RELIABILITY answer the ns nvmlDeviceGetViolationStatus
+    gives for the same policy (power from the scenario, the others 0)."""
+    sim = host({"gpus": [{"model": "H100-80GB", "power_violation_seconds": [[0, 0], [10, 0], [20, 10]]}]})
+    sim.advance_to(15)
+    policies = range(pynvml.NVML_PERF_POLICY_POWER, pynvml.NVML_PERF_POLICY_RELIABILITY + 1)
+    fields = pynvml.nvmlDeviceGetFieldValues(h(0), [pynvml.NVML_FI_DEV_PERF_POLICY_POWER + p for p in policies])
+    calls = [pynvml.nvmlDeviceGetViolationStatus(h(0), p).violationTime for p in policies]
+    assert [f.value.ullVal for f in fields] == calls
+    assert calls[0] == 5 * 10**9 and calls[1:] == [0] * 5
+
+
 def test_process_samples_are_stamped_on_the_simulation_clock(host):
     """Started at --at 600, the simulated host's "now" is the real now: per-process
     utilization samples are not 600 s in the future, and nvitop's "now - 1 s" finds them."""

@@ -13,9 +13,12 @@ import pytest
 
 from dcgm_helpers import NV_HOSTENGINE, Run, scrape_at, value, write_scenario
 from exporter.backend.choose import DcgmOptions
+from exporter.collectors.health import HealthCollector
 from exporter.errors import UserError
 from exporter.sim.model import timeline_value
+from exporter.sim.piecewise import integral
 from exporter.sim.scenario import load_scenario
+from exporter.snapshot import DeviceHealth, GpuInfo, NvLink, Snapshot
 from tests.conftest import SCENARIOS
 
 HEALTH_NODE = SCENARIOS / "health-node.yaml"
@@ -74,8 +77,63 @@ def test_values_equal_the_scenario(at_250):
     assert expected[0]["uncorrectable"] == 1 and expected[0]["pending"] == 1  # the scenario injects them
     assert value(series, "gpushare_gpu_last_xid", gpu="0") == expected["last_xid"] == 63
     assert value(series, "gpushare_gpu_last_xid", gpu="1") is None  # no XID there: absent, not 0
-    # PCIe throughput: the scenario's bytes/s, through NVML's KB/s
-    assert value(series, "gpushare_gpu_pcie_receive_bytes_per_second", gpu="0") == 6 * 1024**3
+    # PCIe: byte counters since driver load, the integral of the scenario's bytes/s
+    rx = load_scenario(HEALTH_NODE).gpus[0].pcie_rx_bytes_per_second
+    assert value(series, "gpushare_gpu_pcie_receive_bytes_total", gpu="0") == int(integral(rx, 250))
+    assert value(series, "gpushare_gpu_pcie_receive_bytes_total", gpu="0") == 6 * 1024**3 * (250 - 15)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pcie_rate_comes_from_two_polls_counters(backend):
+    """No 20 ms nvmlDeviceGetPcieThroughput sample: the byte counters ride in the one
+    field-values call, and the snapshot's bytes/s is their difference over the driver's
+    timestamps: absent on the first poll, the scenario's rate after the second."""
+    with Run(HEALTH_NODE, backend, interval=10.0) as run:
+        run.poll(20)
+        first = run.snapshot.gpus[0].health
+        run.poll(40)  # the ramp (0 -> 6 GiB/s over 0..30 s) then flat: mean over 20..40 s
+        second = run.snapshot.gpus[0].health
+        run.poll(50)
+        third = run.snapshot.gpus[0].health
+        assert run.backend.nvml.caller.calls_by_name["nvmlDeviceGetPcieThroughput"] == 0
+    assert first.pcie_rx_bytes_per_second is None and first.pcie_rx_bytes is not None
+    rx = load_scenario(HEALTH_NODE).gpus[0].pcie_rx_bytes_per_second
+    assert second.pcie_rx_bytes_per_second == pytest.approx((integral(rx, 40) - integral(rx, 20)) / 20)
+    assert third.pcie_rx_bytes_per_second == pytest.approx(6 * 1024**3)
+    assert third.pcie_tx_bytes_per_second == pytest.approx(2 * 1024**3)
+
+
+def test_clock_event_times_ride_in_the_field_values_call():
+    """The six violation times come from NVML_FI_DEV_PERF_POLICY_* in the poll's one
+    field-values call: no nvmlDeviceGetViolationStatus, every policy present on every GPU."""
+    with Run(HEALTH_NODE, "nvml", interval=10.0) as run:
+        run.poll(240)
+        run.poll(250)
+        calls = run.backend.nvml.caller.calls_by_name
+        assert calls["nvmlDeviceGetViolationStatus"] == 0
+        assert calls["nvmlDeviceGetFieldValues"] == 2 * 4  # one per GPU per poll
+        for gpu in run.snapshot.gpus:
+            assert sorted(gpu.health.clock_event_seconds) == sorted(
+                ["power", "thermal", "sync_boost", "board_limit", "low_utilization", "reliability"])
+        assert run.snapshot.gpus[0].health.clock_event_seconds["power"] == pytest.approx(truth(250)[0]["power"])
+
+
+def test_nvlink_errors_are_summed_over_links_by_type():
+    """One gpushare_gpu_nvlink_errors_total per GPU and type (no link label), the sum of the
+    snapshot's per-link counts; a type no link reports has no series, a GPU without links none."""
+    links = (NvLink(link=0, active=True, tx_bytes=1, rx_bytes=2, errors={"replay": 2, "crc_flit": 5}),
+             NvLink(link=1, active=True, tx_bytes=3, rx_bytes=4, errors={"replay": 1}),
+             NvLink(link=2, active=False, tx_bytes=None, rx_bytes=None, errors={}))
+    gpus = (GpuInfo(index=0, uuid="GPU-a", name="H100", pci_bus_id="0", up=True, health=DeviceHealth(nvlinks=links)),
+            GpuInfo(index=1, uuid="GPU-b", name="L4", pci_bus_id="1", up=True))
+    snapshot = Snapshot(timestamp=0.0, backend="nvml", driver_version="580", poll_duration_seconds=0.0, gpus=gpus)
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in HealthCollector(lambda: snapshot).collect() for s in family.samples}
+    errors = {dict(labels)["gpu"] + "/" + dict(labels)["type"]: v for (name, labels), v in samples.items()
+              if name == "gpushare_gpu_nvlink_errors_total"}
+    assert errors == {"0/replay": 3, "0/crc_flit": 5}
+    assert all("link" not in dict(labels) for (name, labels) in samples if name == "gpushare_gpu_nvlink_errors_total")
+    assert len([k for k in samples if k[0] == "gpushare_gpu_nvlink_up"]) == 3  # per link stays per link
 
 
 def test_boards_without_a_feature_export_no_series(at_250):

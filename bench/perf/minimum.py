@@ -68,15 +68,13 @@ def _gpu_values(gpu, need: Counter) -> None:
 def _health(h, need: Counter) -> None:
     """Issue 21's health values read every poll (NVLink states/errors and the vGPU license are
     read once a minute: not per poll). Memory temperature, PCIe replays and the NVLink data
-    counters share one field-values call; each violation policy is a call of its own."""
-    if h.memory_temperature_celsius is not None or h.pcie_replay_errors is not None or h.nvlinks:
+    counters, the PCIe byte counters and the violation times share one field-values call."""
+    if (h.memory_temperature_celsius is not None or h.pcie_replay_errors is not None or h.nvlinks
+            or h.pcie_tx_bytes is not None or h.pcie_rx_bytes is not None or h.clock_event_seconds):
         need["nvmlDeviceGetFieldValues"] += 1
-    need["nvmlDeviceGetPcieThroughput"] += (h.pcie_tx_bytes_per_second is not None) + (
-        h.pcie_rx_bytes_per_second is not None)
     need["nvmlDeviceGetEncoderUtilization"] += h.encoder_utilization_ratio is not None
     need["nvmlDeviceGetDecoderUtilization"] += h.decoder_utilization_ratio is not None
     need["nvmlDeviceGetEncoderStats"] += h.encoder_sessions is not None
-    need["nvmlDeviceGetViolationStatus"] += len(h.clock_event_seconds)
     need["nvmlDeviceGetRemappedRows"] += bool(h.remapped_rows)
     need["nvmlDeviceGetRetiredPages"] += len(h.retired_pages)
     need["nvmlDeviceGetRetiredPagesPendingStatus"] += h.retired_pages_pending is not None

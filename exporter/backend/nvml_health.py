@@ -4,12 +4,17 @@ Getters and their units (every call goes through NvmlCaller.call, the choke poin
 
 - ``nvmlDeviceGetFieldValues``, one call per poll for:
   ``NVML_FI_DEV_MEMORY_TEMP`` (°C), ``NVML_FI_DEV_PCIE_REPLAY_COUNTER`` (count since driver
-  load) and, per NVLink, ``NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX`` with scopeId = link
-  (KiB of data since driver load, so bytes = KiB * 1024).
-- ``nvmlDeviceGetViolationStatus(h, NVML_PERF_POLICY_*)``: ``violationTime`` in ns the clocks
-  were held below the requested clocks by that policy, cumulative (-> seconds).
-- ``nvmlDeviceGetPcieThroughput(h, NVML_PCIE_UTIL_TX/RX_BYTES)``: KB/s (1024 bytes) over a
-  20 ms sample (-> bytes/s, a rate: exported as a gauge).
+  load), ``NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES`` (PCIe bytes since driver load; "Value can be
+  wrapped", nvml.h) and, per NVLink, ``NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX`` with
+  scopeId = link (KiB of data since driver load, so bytes = KiB * 1024).
+  The PCIe byte counters replace ``nvmlDeviceGetPcieThroughput``, which samples the bus for
+  20 ms per call on a real driver (40 ms of every poll per GPU for TX and RX): the counters
+  are exported as they are, and the bytes/s of DeviceHealth are derived from two polls'
+  counters over the driver's own timestamps (absent on the first poll and after a wrap).
+  In the same call, ``NVML_FI_DEV_PERF_POLICY_POWER`` ... ``_RELIABILITY`` (74-79): the ns the
+  clocks were held below the requested clocks by that policy, cumulative (-> seconds), the
+  value ``nvmlDeviceGetViolationStatus(h, NVML_PERF_POLICY_*).violationTime`` gives, without
+  its six calls per GPU.
 - ``nvmlDeviceGetEncoderUtilization`` / ``nvmlDeviceGetDecoderUtilization``: [percent, sampling
   period µs] (-> ratio); ``nvmlDeviceGetEncoderStats``: (sessions, fps, latency µs).
 - ``nvmlDeviceGetRemappedRows``: (correctable, uncorrectable, pending, failure) rows;
@@ -36,14 +41,14 @@ from exporter.snapshot import DeviceHealth, NvLink
 # counters are read by alerts as rates over minutes.
 SLOW_SECONDS = 60.0
 
-# Snapshot clock_event_seconds key -> pynvml perf policy constant (what DCGM_FI_DEV_*_VIOLATION report).
-VIOLATION_POLICIES = (
-    ("power", "NVML_PERF_POLICY_POWER"),
-    ("thermal", "NVML_PERF_POLICY_THERMAL"),
-    ("sync_boost", "NVML_PERF_POLICY_SYNC_BOOST"),
-    ("board_limit", "NVML_PERF_POLICY_BOARD_LIMIT"),
-    ("low_utilization", "NVML_PERF_POLICY_LOW_UTILIZATION"),
-    ("reliability", "NVML_PERF_POLICY_RELIABILITY"),
+# Snapshot clock_event_seconds key -> pynvml perf policy field id (what DCGM_FI_DEV_*_VIOLATION report).
+VIOLATION_FIELDS = (
+    ("power", "NVML_FI_DEV_PERF_POLICY_POWER"),
+    ("thermal", "NVML_FI_DEV_PERF_POLICY_THERMAL"),
+    ("sync_boost", "NVML_FI_DEV_PERF_POLICY_SYNC_BOOST"),
+    ("board_limit", "NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT"),
+    ("low_utilization", "NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION"),
+    ("reliability", "NVML_FI_DEV_PERF_POLICY_RELIABILITY"),
 )
 # NvLink.errors key -> pynvml NVLink error counter constant.
 NVLINK_ERRORS = (
@@ -68,6 +73,9 @@ class HealthReader:
         self._links: int | None = None  # NVLink links of this board (0: none); None: not known yet
         self._link_state: dict[int, tuple[bool | None, dict[str, int]]] = {}
         self.last_xid: tuple[int, float] | None = None  # (code, Unix seconds), set by the XID drain
+        self._violation_keys = {getattr(self.nv, const): key for key, const in VIOLATION_FIELDS}
+        # direction ("tx", "rx") -> (bytes, driver timestamp µs) of the last poll: the rate's base
+        self._pcie_last: dict[str, tuple[int, int]] = {}
 
     def reset(self) -> None:
         """Forget what belongs to a handle (a lost or reset GPU): read everything again."""
@@ -75,6 +83,7 @@ class HealthReader:
         self._slow = {}
         self._links = None
         self._link_state = {}
+        self._pcie_last = {}
 
     def read(self, ctx: PollContext, h, mig_mode: bool | None, skip: frozenset[str] = frozenset()) -> DeviceHealth:
         """This poll's health of the GPU behind handle ``h``. ``skip``: "health" when another
@@ -93,12 +102,10 @@ class HealthReader:
                    tx_bytes=fields["tx"].get(link), rx_bytes=fields["rx"].get(link),
                    errors=self._link_state.get(link, (None, {}))[1])
             for link in range(self._links or 0))
-        for direction, counter in (("tx", "NVML_PCIE_UTIL_TX_BYTES"), ("rx", "NVML_PCIE_UTIL_RX_BYTES")):
-            kbps = ctx.get("gpu", "nvmlDeviceGetPcieThroughput", h, getattr(self.nv, counter))
-            values[f"pcie_{direction}_bytes_per_second"] = None if kbps is None else kbps * 1024.0
+        values.update(self._pcie_rates(fields["pcie"]))
         values.update(self._media(ctx, h, mig_mode, utilization=mine))
         if mine:
-            values["clock_event_seconds"] = self._violations(ctx, h)
+            values["clock_event_seconds"] = fields["violations"]
             values.update(self._memory(ctx, h))
         if self.last_xid is not None:
             values["last_xid"], values["last_xid_timestamp"] = self.last_xid
@@ -107,19 +114,18 @@ class HealthReader:
     # -- per poll -------------------------------------------------------------------------
 
     def _fields(self, ctx: PollContext, h, mine: bool) -> dict:
-        """Memory temperature, PCIe replays and NVLink data counters in one field-values call."""
+        """Memory temperature, PCIe replays and byte counters, clock-event (violation) times
+        and NVLink data counters in one field-values call."""
         nv = self.nv
-        ids: list = []
+        ids: list = [nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES]
         if mine:
-            ids += [nv.NVML_FI_DEV_MEMORY_TEMP, nv.NVML_FI_DEV_PCIE_REPLAY_COUNTER]
+            ids += [nv.NVML_FI_DEV_MEMORY_TEMP, nv.NVML_FI_DEV_PCIE_REPLAY_COUNTER, *self._violation_keys]
         if self._links is None:
             ids.append(nv.NVML_FI_DEV_NVLINK_LINK_COUNT)
         links = self._links or 0
         for link in range(links):
             ids += [(nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link), (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link)]
-        out: dict = {"_values": {}, "tx": {}, "rx": {}}
-        if not ids:
-            return out
+        out: dict = {"_values": {}, "tx": {}, "rx": {}, "pcie": {}, "violations": {}}
         answer = ctx.raw("gpu", "nvmlDeviceGetFieldValues", h, ids)
         if answer is NA and self._links is None:
             self._links = 0  # no field values at all (old driver): no NVLink either
@@ -137,6 +143,12 @@ class HealthReader:
                 out["_values"]["memory_temperature_celsius"] = float(number)
             elif fid == nv.NVML_FI_DEV_PCIE_REPLAY_COUNTER:
                 out["_values"]["pcie_replay_errors"] = int(number)
+            elif fid in self._violation_keys:
+                out["violations"][self._violation_keys[fid]] = number / 1e9  # ns -> s
+            elif fid == nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES:
+                out["pcie"]["tx"] = (int(number), int(entry.timestamp))
+            elif fid == nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES:
+                out["pcie"]["rx"] = (int(number), int(entry.timestamp))
             elif fid == nv.NVML_FI_DEV_NVLINK_LINK_COUNT:
                 self._links = int(number)
             elif fid == nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX:
@@ -145,6 +157,19 @@ class HealthReader:
                 out["rx"][int(entry.scopeId)] = int(number) * 1024
         if self._links and not self._link_state:
             self._link_state = self._read_links(ctx, h)  # the count just became known
+        return out
+
+    def _pcie_rates(self, counters: dict[str, tuple[int, int]]) -> dict:
+        """The PCIe byte counters, and bytes/s since the previous poll's counters (none on the
+        first poll, when the driver's timestamp did not move, or when a counter went back: a
+        wrap or a reset)."""
+        out: dict = {}
+        for direction, (count, stamp) in counters.items():
+            out[f"pcie_{direction}_bytes"] = count
+            last = self._pcie_last.get(direction)
+            if last is not None and stamp > last[1] and count >= last[0]:
+                out[f"pcie_{direction}_bytes_per_second"] = (count - last[0]) / ((stamp - last[1]) / 1e6)
+        self._pcie_last = dict(counters)
         return out
 
     def _media(self, ctx: PollContext, h, mig_mode: bool | None, utilization: bool) -> dict:
@@ -160,14 +185,6 @@ class HealthReader:
         stats = ctx.get("gpu", "nvmlDeviceGetEncoderStats", h)
         if stats is not None:
             out["encoder_sessions"] = int(stats[0])
-        return out
-
-    def _violations(self, ctx: PollContext, h) -> dict[str, float]:
-        out = {}
-        for key, const in VIOLATION_POLICIES:
-            status = ctx.get("gpu", "nvmlDeviceGetViolationStatus", h, getattr(self.nv, const))
-            if status is not None:
-                out[key] = status.violationTime / 1e9  # ns -> s
         return out
 
     # -- at most every SLOW_SECONDS ------------------------------------------------------

@@ -21,11 +21,11 @@ MEMORY_TEMPERATURE = Spec("gpushare_gpu_memory_temperature_celsius", "gauge",
                           "Device memory (HBM) temperature.", GPU, "celsius")
 PCIE_REPLAYS = Spec("gpushare_gpu_pcie_replay_errors_total", "counter",
                     "PCIe replays (link-level retransmissions) since the driver was loaded.", GPU)
-PCIE_TX = Spec("gpushare_gpu_pcie_transmit_bytes_per_second", "gauge",
-               "PCIe bytes sent by the GPU per second, over the driver's last sample.", GPU, "bytes_per_second")
-PCIE_RX = Spec("gpushare_gpu_pcie_receive_bytes_per_second", "gauge",
-               "PCIe bytes received by the GPU per second, over the driver's last sample.", GPU,
-               "bytes_per_second")
+# Counters, not the driver's 20 ms throughput sample: rate() over them is the throughput.
+PCIE_TX = Spec("gpushare_gpu_pcie_transmit_bytes_total", "counter",
+               "PCIe bytes sent by the GPU since the driver was loaded.", GPU, "bytes")
+PCIE_RX = Spec("gpushare_gpu_pcie_receive_bytes_total", "counter",
+               "PCIe bytes received by the GPU since the driver was loaded.", GPU, "bytes")
 ENCODER = Spec("gpushare_gpu_encoder_utilization_ratio", "gauge",
                "Fraction of the last sample period the video encoder (NVENC) was busy.", GPU, "ratio")
 DECODER = Spec("gpushare_gpu_decoder_utilization_ratio", "gauge",
@@ -36,9 +36,11 @@ NVLINK_TX = Spec("gpushare_gpu_nvlink_transmit_bytes_total", "counter",
                  "NVLink data bytes sent since the driver was loaded.", LINK, "bytes")
 NVLINK_RX = Spec("gpushare_gpu_nvlink_receive_bytes_total", "counter",
                  "NVLink data bytes received since the driver was loaded.", LINK, "bytes")
+# Summed over links, as dcgm-exporter's DCGM_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL: 4 series per
+# GPU instead of 4 per link (72 on an H100 SXM); the per-link counts stay in NvLink.errors.
 NVLINK_ERRORS = Spec("gpushare_gpu_nvlink_errors_total", "counter",
-                     "NVLink data-link errors (crc_flit, crc_data, replay, recovery) since the driver was loaded.",
-                     LINK + ("type",))
+                     "NVLink data-link errors (crc_flit, crc_data, replay, recovery) since the driver was loaded, "
+                     "summed over the GPU's links.", GPU + ("type",))
 REMAPPED_ROWS = Spec("gpushare_gpu_remapped_rows_total", "counter",
                      "Memory rows remapped over the board's life, by the error that caused it.", GPU + ("kind",))
 REMAP_PENDING = Spec("gpushare_gpu_row_remap_pending", "gauge",
@@ -83,18 +85,21 @@ class HealthCollector(SnapshotCollector):
     def _add(out: Families, ids: tuple[str, str], h: DeviceHealth) -> None:
         out.add(MEMORY_TEMPERATURE, ids, h.memory_temperature_celsius)
         out.add(PCIE_REPLAYS, ids, h.pcie_replay_errors)
-        out.add(PCIE_TX, ids, h.pcie_tx_bytes_per_second)
-        out.add(PCIE_RX, ids, h.pcie_rx_bytes_per_second)
+        out.add(PCIE_TX, ids, h.pcie_tx_bytes)
+        out.add(PCIE_RX, ids, h.pcie_rx_bytes)
         out.add(ENCODER, ids, h.encoder_utilization_ratio)
         out.add(DECODER, ids, h.decoder_utilization_ratio)
         out.add(ENCODER_SESSIONS, ids, h.encoder_sessions)
+        errors: dict[str, int] = {}
         for link in h.nvlinks:
             labels = ids + (str(link.link),)
             out.add(NVLINK_UP, labels, _flag(link.active))
             out.add(NVLINK_TX, labels, link.tx_bytes)
             out.add(NVLINK_RX, labels, link.rx_bytes)
-            for kind, count in sorted(link.errors.items()):
-                out.add(NVLINK_ERRORS, labels + (kind,), count)
+            for kind, count in link.errors.items():
+                errors[kind] = errors.get(kind, 0) + count
+        for kind, count in sorted(errors.items()):  # a type no link reports has no series
+            out.add(NVLINK_ERRORS, ids + (kind,), count)
         for kind, count in sorted(h.remapped_rows.items()):
             out.add(REMAPPED_ROWS, ids + (kind,), count)
         out.add(REMAP_PENDING, ids, _flag(h.row_remap_pending))

@@ -106,6 +106,10 @@ class FieldCalls:
             return UINT, remapped_rows(telemetry, dev, now)[field - FI.NVML_FI_DEV_REMAPPED_COR]
         if field == FI.NVML_FI_DEV_PCIE_REPLAY_COUNTER:
             return ULL, telemetry.counter(gpu, now, "pcie_replays")
+        if field in (FI.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, FI.NVML_FI_DEV_PCIE_COUNT_RX_BYTES):
+            # bytes since driver load ("Value can be wrapped", nvml.h): the integral of the
+            # same timelines nvmlDeviceGetPcieThroughput samples
+            return ULL, telemetry.pcie_bytes(gpu, now)[field - FI.NVML_FI_DEV_PCIE_COUNT_TX_BYTES]
         if field in (FI.NVML_FI_DEV_PERF_POLICY_POWER, FI.NVML_FI_DEV_PERF_POLICY_THERMAL):
             # the same ns as nvmlDeviceGetViolationStatus [inf]
             return ULL, telemetry.violation_ns(gpu, now, "power" if field == FI.NVML_FI_DEV_PERF_POLICY_POWER

@@ -7,7 +7,8 @@ clipped linear pieces (energy). Timelines are right-continuous: at a step the ne
 
 from __future__ import annotations
 
-__all__ = ["Timeline", "timeline_value", "left_value", "slope_after", "integrate_clipped", "breakpoints"]
+__all__ = ["Timeline", "timeline_value", "left_value", "slope_after", "integrate_clipped", "breakpoints",
+           "integral"]
 
 
 # A piecewise-linear function of virtual time: ((t0, v0), (t1, v1), ...), t strictly
@@ -66,3 +67,14 @@ def integrate_clipped(v0: float, slope: float, duration: float, cap: float = 1.0
     if v0 < cap:  # rising through the cap
         return (v0 + cap) / 2 * x + cap * (duration - x)
     return cap * x + (cap + v1) / 2 * (duration - x)
+
+
+def integral(timeline: Timeline, t: float) -> float:
+    """Exact integral of the timeline over [0, t] (flat before its first point and after its
+    last): a rate timeline's cumulative count, e.g. PCIe bytes from bytes per second."""
+    cuts = sorted({0.0, *(x for x, _ in timeline if 0.0 < x < t)})
+    total = 0.0
+    for a, b in zip(cuts, [*cuts[1:], t]):
+        if b > a:  # linear on (a, b): the trapezoid is exact; steps sit on the cuts
+            total += (timeline_value(timeline, a) + left_value(timeline, b)) / 2 * (b - a)
+    return total

@@ -19,14 +19,15 @@ Rules (each chosen to be simple and monotone in load, not to model silicon):
   limit, plus the scenario's ``clock_event_reasons`` entry in force.
 - ECC counts: the scenario timelines (cumulative, = aggregate), default 0; volatile counts
   start again from 0 at each GPU reset.
-- PCIe throughput: the scenario's pcie_tx/rx_bytes_per_second timelines, default 0.
+- PCIe throughput: the scenario's pcie_tx/rx_bytes_per_second timelines, default 0; the PCIe
+  byte counters (NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES) are their exact integral from t = 0.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from exporter.sim.piecewise import integrate_clipped, slope_after, timeline_value
+from exporter.sim.piecewise import integral, integrate_clipped, slope_after, timeline_value
 from exporter.sim.state import Proc
 from exporter.snapshot import ACTIVITY_FIELDS
 
@@ -166,6 +167,12 @@ class Telemetry:
         """(TX, RX) PCIe throughput in bytes/s: the scenario's timelines, else 0."""
         spec = self.engine.gpus[gpu]
         return tuple(timeline_value(tl, t) if tl else 0.0
+                     for tl in (spec.pcie_tx_bytes_per_second, spec.pcie_rx_bytes_per_second))
+
+    def pcie_bytes(self, gpu: int, t: float) -> tuple[int, int]:
+        """(TX, RX) PCIe bytes moved up to t: the integral of the throughput timelines."""
+        spec = self.engine.gpus[gpu]
+        return tuple(int(integral(tl, t)) if tl else 0
                      for tl in (spec.pcie_tx_bytes_per_second, spec.pcie_rx_bytes_per_second))
 
     def counter(self, gpu: int, t: float, name: str) -> int:
