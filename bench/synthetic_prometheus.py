@@ -29,6 +29,23 @@ MIG_MEMORY = {"1g.10gb": 9.75 * GIB, "2g.20gb": 19.625 * GIB, "3g.40gb": 39.5 * 
 SCRAPE = 15.0
 
 
+# recommend folds the stored copies of each process series (a GPU scraped twice) with
+# max by (<node label>, <every label of an instance>) (...); this fleet stores each series once,
+# so the fold is the identity and is taken off before the query is matched.
+_FOLD = re.compile(r"max by \([a-z_]+, uuid, gi, workload, process, pid, namespace, pod, container, replica\) \(")
+
+
+def unfold(query: str) -> str:
+    """``query`` without recommend's fold of duplicate series (see _FOLD)."""
+    while (m := _FOLD.search(query)) is not None:
+        depth, end = 1, m.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(query[end], 0)
+            end += 1
+        query = query[:m.start()] + query[m.end():end - 1] + query[end:]
+    return query
+
+
 @dataclass
 class Series:
     """One process series: its labels, life and peak."""
@@ -192,6 +209,7 @@ class Api:
         return out
 
     def instant(self, query: str, at: float) -> dict:
+        query = unfold(query)
         f = self.fleet
         if query.startswith("count_over_time(gpushare_gpu_info"):
             return _vector([{"metric": g, "value": [at, "40"]} for g in f.gpus])
@@ -250,6 +268,7 @@ class Api:
         return _vector([])  # activity ratios, OOM kills: none in this fleet
 
     def range(self, query: str, start: float, end: float, step: float) -> dict:
+        query = unfold(query)
         times = np.arange(start, end + step / 2, step)
         stamp = [float(t) for t in times]
 
