@@ -105,7 +105,7 @@ def test_every_output_names_the_cluster_and_operator_objects_come_per_cluster(st
 def test_a_plan_file_with_a_fleet_of_clusters_needs_the_cluster_named(stores):
     """A plan's workloads belong to one cluster: beside several clusters it is refused in one line, and
     with --cluster planned with that cluster's history."""
-    plan = str(sorted((SCENARIOS.parent / "workloads").glob("*.yaml"))[0])
+    plan = str(min((SCENARIOS.parent / "workloads").glob("*.yaml")))
     argv = ("--prometheus", stores["both"], "--window", "30m", "--at", AT, "--workloads", plan)
     status, out, err = recommend(*argv)
     assert status == 2 and out == "" and "give --cluster NAME" in err and err.count("\n") == 1

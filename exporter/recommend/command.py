@@ -202,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         raise UserError("recommend needs scipy: pip install 'gpushare-exporter[plan]'") from None
     from exporter.recommend import http_fetch
+    from exporter.recommend.outputs_clusters import render_clusters
     from exporter.recommend.report import recommend
 
     http_fetch.configure(client_options(args, "from"), client_options(args, "prometheus"))
@@ -217,8 +218,6 @@ def run(args: argparse.Namespace) -> int:
         if len(clusters) == 1:
             text = render(recommend(clusters[0][1]), args.format)
         else:
-            from exporter.recommend.outputs_clusters import render_clusters
-
             text = render_clusters([(name, recommend(demand)) for name, demand in clusters], args.format, render)
     if args.output:
         try:
