@@ -54,10 +54,13 @@ def pages(scenario: str | Path, times: list[float]) -> list[tuple[float, str]]:
     return out
 
 
-def openmetrics(targets: dict[str, list[tuple[float, str]]], epoch: float, job: str = "gpushare") -> str:
-    """OpenMetrics text of every target's pages, each page scraped at ``epoch + t``."""
+def openmetrics(targets: dict, epoch: float, job: str = "gpushare") -> str:
+    """OpenMetrics text of every target's pages, each page scraped at ``epoch + t``. A target is named by
+    its ``instance``, or by (cluster, instance) for a fleet of clusters whose series carry the ``cluster``
+    label (an external label, as a Thanos Query or Mimir returns it)."""
     series: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
-    for instance, scraped in sorted(targets.items()):
+    for key, scraped in sorted(targets.items()):
+        cluster, instance = key if isinstance(key, tuple) else (None, key)
         for t, text in scraped:
             stamp = f"{epoch + t:.3f}"
             for line in text.splitlines():
@@ -66,7 +69,8 @@ def openmetrics(targets: dict[str, list[tuple[float, str]]], epoch: float, job: 
                     continue
                 name, labels, value = m.groups()
                 inner = labels[1:-1] if labels else ""
-                target = f'instance="{instance}",job="{job}"' + (f",{inner}" if inner else "")
+                target = (f'cluster="{cluster}",' if cluster is not None else "") + \
+                    f'instance="{instance}",job="{job}"' + (f",{inner}" if inner else "")
                 series[name][target].append(f"{name}{{{target}}} {value} {stamp}")
     lines = []
     for name in sorted(series):

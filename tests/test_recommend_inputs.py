@@ -421,23 +421,39 @@ def test_state_dir_profiles_raise_observed_sizes_and_stand_alone(tmp_path, node_
         load_profiles("/nonexistent")
 
 
-def test_prometheus_queries_ask_thanos_to_deduplicate_and_refuse_nodes_named_alike_in_two_clusters():
-    """Every query carries dedup=true (Thanos Query merges HA replicas; Prometheus ignores it), and a node name
-    reporting in two clusters (Thanos over two clusters, each with a gpu-node-1) is refused in one line
-    rather than planned as one node with both clusters' GPUs."""
+def test_prometheus_queries_ask_thanos_to_deduplicate_and_read_each_cluster_alone():
+    """Every query carries dedup=true (Thanos Query merges HA replicas; Prometheus ignores it). Over two
+    clusters (Thanos over two clusters, each with a gpu-node-1), after the three queries that find the
+    window and the clusters, every query of a cluster's read carries its matcher, so a node is (cluster,
+    node); --cluster reads one, and an unknown one is refused in one line."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from exporter.recommend.prometheus_input import load_clusters
+
     gpu = {"instance": "gpu-node-1", "uuid": "GPU-1", "gpu": "0", "name": "NVIDIA H100 80GB HBM3"}
 
     def answer(path, query):
         text = query.get("query", "")
-        if "count by (cluster, instance)" in text:
-            result = [{"metric": {"instance": "gpu-node-1"}, "value": [0, "2"]}]
-        elif text in ("gpushare_gpu_info",) or text.startswith("last_over_time(gpushare_gpu_info["):
-            result = [{"metric": gpu, "value": [0, "1"]}]
+        if text.startswith("count by (cluster)"):
+            result = [{"metric": {"cluster": c}, "value": [0, "1"]} for c in ("us", "eu")]
+        elif text.startswith(("gpushare_gpu_info", "last_over_time(gpushare_gpu_info")):
+            result = [{"metric": {**gpu, "cluster": "eu"}, "value": [0, "1"]}]
         else:
             result = []
         return 200, {"status": "success", "data": {"resultType": "vector", "result": result}}
 
     with _Server(answer) as server:
-        with pytest.raises(UserError, match=r"instance gpu-node-1 reports in several clusters .*--node-label"):
-            load_prometheus(server.url, "1h")
+        plans = load_clusters(server.url, "1h")
+        asked = [parse_qs(urlsplit(r).query)["query"][0] for r in server.requests]
+        with pytest.raises(UserError, match=r"^--cluster ap: not a cluster at --prometheus .* \(clusters: eu, us\)$"):
+            load_clusters(server.url, "1h", cluster="ap")
+        assert [name for name, _ in load_clusters(server.url, "1h", cluster="us")] == ["us"]
+    assert [name for name, _ in plans] == ["eu", "us"]
+    assert all(len(d.gpus) == 1 for _, d in plans)
+    assert any(s.startswith(f"prometheus {server.url} (cluster eu, window 1h") for s in plans[0][1].sources)
+    assert asked[2].startswith("count by (cluster)")
+    reads = asked[3:]
+    half = len(reads) // 2
+    assert len(reads) == 2 * half and reads[:half] == [q.replace('cluster="us"', 'cluster="eu"') for q in reads[half:]]
+    assert all('cluster="eu"' in q for q in reads[:half]), [q for q in reads[:half] if 'cluster="eu"' not in q]
     assert server.requests and all("dedup=true" in r for r in server.requests)

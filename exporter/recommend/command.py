@@ -40,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "the same --at gives the same plan")
     src.add_argument("--node-label", default="instance", metavar="LABEL",
                      help="Prometheus label naming the node (default: instance)")
+    src.add_argument("--cluster", metavar="NAME",
+                     help="plan only this value of the cluster label (a Thanos Query or Mimir holding several "
+                          "clusters is otherwise planned one cluster at a time)")
     src.add_argument("--snapshot", dest="snapshots", action="append", default=[], metavar="[NODE=]FILE",
                      help="`exporter snapshot` output (JSON Lines, a JSON list, or one snapshot); repeatable")
     src.add_argument("--state-dir", metavar="DIR",
@@ -98,6 +101,8 @@ def _check(args: argparse.Namespace) -> list[str]:
         raise UserError("--window: ambiguous with both --prometheus and --from; run them separately")
     if args.at and not args.prometheus:
         raise UserError("--at: only meaningful with --prometheus")
+    if args.cluster is not None and not args.prometheus:
+        raise UserError("--cluster: only meaningful with --prometheus")
     if args.margin is not None and not (math.isfinite(args.margin) and 0 <= args.margin <= 10):
         raise UserError(f"--margin {args.margin:g}: expected a fraction between 0 and 10 (0.1 = 10%)")
     if args.quantile is not None and not (math.isfinite(args.quantile) and 0 < args.quantile <= 1):
@@ -115,11 +120,18 @@ def _check(args: argparse.Namespace) -> list[str]:
 
 
 def build_demand(args: argparse.Namespace):
-    """The Demand every input given in ``args`` describes together."""
-    from dataclasses import replace
+    """The Demand every input given in ``args`` describes together (one cluster)."""
+    clusters = build_demands(args)
+    if len(clusters) > 1:
+        raise UserError(f"--prometheus {args.prometheus}: holds {len(clusters)} clusters: give --cluster NAME")
+    return clusters[0][1]
 
-    from exporter.recommend import plan_file, profiles_input, prometheus_input, snapshot_input
-    from exporter.recommend.demand import DEFAULT_OBSERVED_MARGIN, Demand, merge
+
+def build_demands(args: argparse.Namespace) -> list:
+    """[(cluster, Demand)]: what the inputs in ``args`` describe together, per cluster of --prometheus
+    ([(None, demand)] for one fleet)."""
+    from exporter.recommend import plan_file, prometheus_input, snapshot_input
+    from exporter.recommend.demand import Demand, merge
     from exporter.recommend.observed import ObservedFleet
 
     targets = _check(args)
@@ -139,14 +151,27 @@ def build_demand(args: argparse.Namespace):
         if not observed.workloads and not observed.gpus:
             raise UserError("recommend: the inputs hold no GPU and no process")
         demands.append(observed)
+    clusters: list = [(None, None)]
     if args.prometheus:
-        demands.append(prometheus_input.load_prometheus(
+        clusters = prometheus_input.load_clusters(
             args.prometheus, args.window or DEFAULT_WINDOW, node_label=args.node_label,
-            at=parse_at(args.at) if args.at else None, margin=args.margin, quantile=args.quantile,
-            min_window=min_window, progress=args.progress))
-    demands += [plan_file.load_plan(path) for path in args.plans]
-    demands.append(Demand(workloads=(), targets=tuple(targets)))
-    merged = merge(demands)
+            at=parse_at(args.at) if args.at else None, cluster=args.cluster, margin=args.margin,
+            quantile=args.quantile, min_window=min_window, progress=args.progress)
+    if len(clusters) > 1 and (demands or args.plans):
+        raise UserError(f"--prometheus {args.prometheus}: holds {len(clusters)} clusters (label cluster), planned "
+                        "apart: give --cluster NAME to plan --from, --snapshot or --workloads with one of them")
+    after = [plan_file.load_plan(path) for path in args.plans] + [Demand(workloads=(), targets=tuple(targets))]
+    return [(name, _complete(merge([*demands, *([d] if d is not None else []), *after]), args, targets))
+            for name, d in clusters]
+
+
+def _complete(merged, args: argparse.Namespace, targets: list[str]):
+    """``merged`` with the learned profiles of --state-dir and the --gpu-model targets applied."""
+    from dataclasses import replace
+
+    from exporter.recommend import profiles_input
+    from exporter.recommend.demand import DEFAULT_OBSERVED_MARGIN
+
     if args.state_dir:
         margin = DEFAULT_OBSERVED_MARGIN if args.margin is None else args.margin
         merged = profiles_input.apply_profiles(merged, profiles_input.load_profiles(args.state_dir), margin,
@@ -177,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         raise UserError("recommend needs scipy: pip install 'gpushare-exporter[plan]'") from None
     from exporter.recommend import http_fetch
+    from exporter.recommend.outputs_clusters import render_clusters
     from exporter.recommend.report import recommend
 
     http_fetch.configure(client_options(args, "from"), client_options(args, "prometheus"))
@@ -184,11 +210,15 @@ def run(args: argparse.Namespace) -> int:
         catalog.driver_branch(args.driver)
     except ValueError as exc:
         raise UserError(f"--driver: {exc}") from None
-    demand = build_demand(args)
-    if not demand.workloads:
+    # A cluster with GPUs but no process has nothing to plan (docs/recommend.md): the others are planned.
+    clusters = [(name, demand) for name, demand in build_demands(args) if demand.workloads]
+    if not clusters:
         raise UserError("recommend: no workload to place (the inputs show GPUs but no process)")
     with catalog.sizes_for_driver(args.driver):  # planning and the basis line read MODELS
-        text = render(recommend(demand), args.format)
+        if len(clusters) == 1:
+            text = render(recommend(clusters[0][1]), args.format)
+        else:
+            text = render_clusters([(name, recommend(demand)) for name, demand in clusters], args.format, render)
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as f:

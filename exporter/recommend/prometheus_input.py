@@ -70,10 +70,11 @@ class Progress:
 class History:
     """The window being read: its end, step and resolution, and the queries that read it."""
 
-    def __init__(self, client: promql.Client, node_label: str, seconds: int, at: float | None):
+    def __init__(self, client: promql.Client, node_label: str, seconds: int, at: float | None, scope: str = ""):
         if not _LABEL_NAME.match(node_label):
             raise UserError(f"--node-label {node_label}: not a Prometheus label name")
         self.client, self.node_label, self.seconds = client, node_label, seconds
+        self.scope = scope  # a matcher every query carries (one cluster's series), or ""
         now = time.time() if at is None else at
         self.requested = seconds
         self.resolution = self._resolution(now, seconds)
@@ -91,7 +92,7 @@ class History:
         """How far back the history reaches within the window (to a thousandth of the window)."""
         coarse = max(self.resolution, math.ceil(seconds / 1000))
         first = [promql.value(s) for s in self.client.query(
-            f"min(min_over_time(timestamp(gpushare_gpu_info)[{seconds}s:{coarse:g}s]))", now)]
+            f"min(min_over_time(timestamp({self.info})[{seconds}s:{coarse:g}s]))", now)]
         first = [t for t in first if t is not None]
         if not first:
             return float(seconds)
@@ -102,13 +103,21 @@ class History:
         minutes (a series that changed labels midway has fewer samples, not a longer interval)."""
         span = min(seconds, 600)
         intervals = []
-        for s in self.client.query(f"count_over_time(gpushare_gpu_info[{span}s])", now):
+        for s in self.client.query(f"count_over_time({self.info}[{span}s])", now):
             n = promql.value(s)
             if n and n >= 2:
                 intervals.append(span / n)
         if not intervals:
             return DEFAULT_RESOLUTION
         return float(max(1, round(min(intervals))))
+
+    @property
+    def info(self) -> str:
+        return selector("gpushare_gpu_info", self.scope)
+
+    def nodes(self, nodes) -> str:
+        """The matchers of ``nodes`` (node-label values) within the scope."""
+        return ",".join(m for m in (self.scope, one_of(self.node_label, nodes)) if m)
 
     def instant(self, query: str) -> list:
         return self.client.query(query, self.end)
@@ -141,52 +150,81 @@ class History:
         return promql.fresh(MEMORY, *matchers, NOT_MPS_SERVER, seconds=self.fresh_seconds)
 
 
-def load_prometheus(url: str, window: str, *, node_label: str = "instance", at: float | None = None,
-                    margin: float | None = None, quantile: float | None = None, min_window: float = 0.0,
-                    progress_stream=None, progress: bool | None = None) -> Demand:
-    """The demand Prometheus saw over ``window``."""
+def load_prometheus(url: str, window: str, **options) -> Demand:
+    """The demand Prometheus saw over ``window``, when it holds one fleet (see load_clusters)."""
+    clusters = load_clusters(url, window, **options)
+    if len(clusters) > 1:
+        raise UserError(f"--prometheus {url}: holds {len(clusters)} clusters (label cluster): plan them apart")
+    return clusters[0][1]
+
+
+def load_clusters(url: str, window: str, *, node_label: str = "instance", at: float | None = None,
+                  cluster: str | None = None, **options) -> list[tuple[str | None, Demand]]:
+    """The demand per cluster. A Thanos Query or Mimir holding several clusters (external label ``cluster``)
+    is read one cluster at a time, each exactly as a Prometheus holding that cluster alone (node names
+    such as gpu-node-1 repeat from cluster to cluster, and a cluster's workloads run on its own nodes):
+    [(name, demand), ...] sorted by name. [(None, demand)] when the label is absent or names one cluster
+    (the plan is then the same as without it); ``cluster`` reads that one only."""
     client = promql.Client(url)
-    hist = History(client, node_label, parse_window(window), at)
+    seconds = parse_window(window)
+    hist = History(client, node_label, seconds, at)
+    names = cluster_names(hist)
+    if cluster is not None:
+        if cluster not in names:
+            known = ", ".join(n or '""' for n in names) if names else "none: no series has a cluster label"
+            raise UserError(f"--cluster {cluster}: not a cluster at --prometheus {client.url} (clusters: {known})")
+        names = [cluster]
+    elif len(names) < 2:
+        return [(None, _load(client, hist, window, **options))]
+    out = []
+    for name in names:
+        own = promql.Client(url)  # each plan counts its own queries, as if read alone
+        scoped = History(own, node_label, seconds, at, scope=f"cluster={promql.string(name)}")
+        out.append((name, _load(own, scoped, window, cluster=name, **options)))
+    return out
+
+
+def cluster_names(hist: History) -> list[str]:
+    """The values of the ``cluster`` label on gpushare_gpu_info over the window ("" for series without
+    it beside some with it); [] when no series has it, or when it is the node label itself."""
+    if hist.node_label == "cluster":
+        return []
+    rows = hist.instant(f"count by (cluster) (last_over_time({hist.info}[{hist.w}]))")
+    names = sorted({s.get("metric", {}).get("cluster", "") for s in rows})
+    return [] if names in ([], [""]) else names
+
+
+def _load(client: promql.Client, hist: History, window: str, *, cluster: str | None = None,
+          margin: float | None = None, quantile: float | None = None, min_window: float = 0.0,
+          progress_stream=None, progress: bool | None = None) -> Demand:
+    """The demand of the fleet in ``hist``'s scope."""
     fleet = prometheus_fleet.FleetFromHistory(hist.node_label, hist.times)
-    fleet.read_gpus(hist.instant("gpushare_gpu_info"), hist.instant(f"last_over_time(gpushare_gpu_info[{hist.w}])"),
-                    hist.instant("gpushare_mig_info"), hist.instant(f"last_over_time(gpushare_mig_info[{hist.w}])"))
+    mig = selector("gpushare_mig_info", hist.scope)
+    fleet.read_gpus(hist.instant(hist.info), hist.instant(f"last_over_time({hist.info}[{hist.w}])"),
+                    hist.instant(mig), hist.instant(f"last_over_time({mig}[{hist.w}])"))
     if not fleet.models:
         raise UserError(f"--prometheus {client.url}: no gpushare_gpu_info series in the last {window}: "
                         "is the exporter scraped?")
-    _refuse_nodes_named_alike_in_clusters(hist, client.url)
     chunks = fleet.chunks(CHUNK_NODES)
-    bar = Progress(2 * len(chunks) + 1, f"prometheus {len(fleet.nodes)} nodes", progress_stream, progress)
+    where = "" if cluster is None else f"cluster {cluster}: "
+    bar = Progress(2 * len(chunks) + 1, f"prometheus {where}{len(fleet.nodes)} nodes", progress_stream, progress)
     for nodes in chunks:
         _read_devices(hist, fleet, nodes)
         bar.step()
     L = hist.node_label
     fleet.read_quantiles(hist.instant(
         f"quantile by (workload, process) ({fleet_quantile(quantile)}, "
-        f"{once(f'max_over_time({selector(MEMORY, NOT_MPS_SERVER)}[{hist.w}])', L)})"))
+        f"{once(f'max_over_time({selector(MEMORY, hist.scope, NOT_MPS_SERVER)}[{hist.w}])', L)})"))
     bar.step()
     for nodes in chunks:
         _read_counts(hist, fleet, nodes, L)
         bar.step()
     held = "" if hist.seconds >= hist.requested else f", history held: {hist.seconds} s"
-    fleet.source(f"prometheus {client.url} (window {window} to {_iso(hist.end)}{held}, step {hist.step:g} s, "
+    named = "" if cluster is None else f"cluster {cluster}, "
+    fleet.source(f"prometheus {client.url} ({named}window {window} to {_iso(hist.end)}{held}, step {hist.step:g} s, "
                  f"{len(fleet.nodes)} node{'s' if len(fleet.nodes) != 1 else ''}, {client.requests} queries)")
     return prometheus_demand.to_demand(fleet, hist, margin=margin, quantile=fleet_quantile(quantile),
                                       min_window=min_window)
-
-
-def _refuse_nodes_named_alike_in_clusters(hist: History, url: str) -> None:
-    """A Thanos Query or Mimir holding several clusters (external label ``cluster``) whose nodes share a
-    name (node names like gpu-node-1 repeat from cluster to cluster): planning them as one node would
-    merge their GPUs, so say so instead."""
-    L = hist.node_label
-    if L == "cluster":
-        return
-    rows = hist.instant(f"count by ({L}) (count by (cluster, {L}) (last_over_time(gpushare_gpu_info[{hist.w}]))) > 1")
-    names = sorted({s.get("metric", {}).get(L, "") for s in rows})
-    if names:
-        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-        raise UserError(f"--prometheus {url}: {L} {shown} reports in several clusters (label cluster): give "
-                        f"--node-label a label unique across clusters, or query one cluster's data")
 
 
 def fleet_quantile(q: float | None) -> float:
@@ -202,7 +240,7 @@ def _iso(t: float) -> str:
 def _read_devices(hist: History, fleet, nodes: list[str]) -> None:
     """Per (node, uuid, gi, workload) peaks, instances, samples and SM use; per device concurrency."""
     L, w = hist.node_label, hist.w
-    sel = one_of(L, nodes)
+    sel = hist.nodes(nodes)
     group = f"{L}, uuid, gi, workload, process"
     mem = selector(MEMORY, sel, NOT_MPS_SERVER)
     fleet.read_groups(
@@ -225,7 +263,7 @@ def _read_devices(hist: History, fleet, nodes: list[str]) -> None:
 
 def _read_counts(hist: History, fleet, nodes: list[str], L: str) -> None:
     """Instances alive per step: per workload over the chunk, filled across each node's gaps."""
-    sel = one_of(L, nodes)
+    sel = hist.nodes(nodes)
     span = f"[{hist.step:g}s:{hist.resolution:g}s]"
     device = f"{L}, uuid, gi, workload, process"
     fleet.read_counts(hist.series(
@@ -239,11 +277,11 @@ def _read_counts(hist: History, fleet, nodes: list[str], L: str) -> None:
                                                    f"[{hist.w}]))"), hist.seconds, hist.resolution)
     gaps = []
     if suspects:
-        info = promql.fresh("gpushare_gpu_info", one_of(L, suspects), seconds=hist.fresh_seconds)
+        info = promql.fresh("gpushare_gpu_info", hist.nodes(suspects), seconds=hist.fresh_seconds)
         gaps = fleet.read_presence(hist.series(f"max_over_time(count by ({L}) ({info}){span})"), suspects)
     if gaps:
         fleet.fill_gaps(hist.series(
-            f"max_over_time(count by ({device}) ({once(hist.fresh_memory(one_of(L, gaps)), L)}){span})"))
+            f"max_over_time(count by ({device}) ({once(hist.fresh_memory(hist.nodes(gaps)), L)}){span})"))
     shared = fleet.shared_uuids(nodes)
     if shared:
         uuids = one_of("uuid", shared)
@@ -258,7 +296,7 @@ def _read_timelines(hist: History, fleet, nodes: list[str]) -> None:
     """Memory over the whole life of instances on shared devices (start and end inside the window),
     for the MPS stagger advice; at most prometheus_fleet.MAX_TIMELINE_DEVICES devices in all."""
     for node, uuid, gi in fleet.timeline_devices(nodes):
-        sel = (f"{hist.node_label}={promql.string(node)}", f"uuid={promql.string(uuid)}",
+        sel = (hist.scope, f"{hist.node_label}={promql.string(node)}", f"uuid={promql.string(uuid)}",
                f"gi={promql.string(gi)}")
         series = hist.client.query_range(hist.fresh_memory(*sel), float(hist.times[0]) - hist.step, hist.end,
                                          hist.resolution if hist.seconds / hist.resolution <= 10000
