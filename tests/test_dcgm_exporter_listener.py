@@ -14,29 +14,10 @@ from exporter.compat.listener import start_compat_server
 from exporter.poller import Poller
 from exporter.server import start_server
 from exporter.web.live import LiveWebConfig
-from snapshot_samples import rich_snapshot
-from test_web_security import TLS, USERS, basic, fetch, web_config
-from webcerts import PASSWORD, Pki
+from test_web_security import TLS, USERS, Backend, basic, fetch, pki, web_config  # noqa: F401 - pki is a fixture
+from webcerts import PASSWORD
 
 pytestmark = pytest.mark.asyncio
-
-
-class Backend:
-    name = "nvml"
-
-    def open(self):
-        pass
-
-    def poll(self):
-        return rich_snapshot()
-
-    def close(self):
-        pass
-
-
-@pytest.fixture
-def pki(tmp_path) -> Pki:
-    return Pki(tmp_path / "pki")
 
 
 @pytest_asyncio.fixture
