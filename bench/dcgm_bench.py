@@ -10,6 +10,10 @@ entity mapping and watches). Figures are medians per poll:
 
     exporter CPU = total CPU - simulated NVML library - simulated DCGM host engine - simulation advance
 
+taken poll by poll (then the median), so a slow host-engine call in one poll and a slow
+exporter in another do not cancel out: on the MIG nodes the simulated host engine is most
+of a DCGM poll's CPU, and medians of the parts taken apart made the ratio swing by 0.5x.
+
 The simulated libraries stand in for work a real driver and a real host engine do in C (a
 real embedded host engine runs in the exporter's process too, on its own threads, without
 the GIL); what remains is what the exporter itself costs: pynvml and DCGM binding wrappers,
@@ -20,8 +24,10 @@ point (NvmlCaller), DCGM calls through DcgmCaller. Speed is never asserted; thes
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
+import os
 import sys
 import tempfile
 import threading
@@ -30,12 +36,14 @@ from pathlib import Path
 from statistics import median
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE)]
+# PYTHONPATH first: `PYTHONPATH=/other/checkout python bench/dcgm_bench.py` measures that checkout's
+# exporter with this bench (before/after in one session).
+sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p] + [str(HERE.parent), str(HERE)]
 
 import yaml  # noqa: E402
 
 from exporter.sim.fakedcgm import hostengine  # noqa: E402
-from perf.anatomy import measure_polls  # noqa: E402
+from perf.anatomy import FakeLibTimer, _patched, _Span  # noqa: E402
 
 SCENARIOS = HERE.parent / "examples" / "scenarios"
 
@@ -102,33 +110,42 @@ def cost(path: Path, backend_kind: str, start_at: float, polls: int, warmup: int
 
     poller = make_poller(backend, 1.0, Foresight())
     backend.open()
-    timer = EngineTimer()
+    timer, nvml_timer = EngineTimer(), FakeLibTimer()
     try:
         for _ in range(warmup):
             advance()
             poller.poll_once()
         poller._prerender = PrerenderPlan()  # no scraper: the measured polls encode nothing
         inner = backend.inner
-        dcgm_calls = []
+        api = backend.nvml.caller.calls_by_name
+        sim_span = _Span()
+        rows = []
+        gc.collect()  # garbage of earlier runs in this process would slow these polls (GC passes)
         timer.install()
-        engine = []
+        nvml_timer.install()
+        with _patched(backend.sim, "advance_to", sim_span.wrap(backend.sim.advance_to)):
+            for _ in range(polls):
+                advance()
+                api_before = sum(api.values())
+                marks = (time.process_time(), nvml_timer.seconds, timer.seconds, sim_span.seconds)
+                poller.poll_once()
+                total, nvml, engine, sim = (after - before for after, before in zip(
+                    (time.process_time(), nvml_timer.seconds, timer.seconds, sim_span.seconds), marks))
+                rows.append({"total": total, "nvml": nvml, "engine": engine, "sim": sim,
+                             "exporter": max(0.0, total - nvml - engine - sim),
+                             "api": sum(api.values()) - api_before,
+                             "dcgm": inner.dcgm_calls_last_poll if backend_kind == "dcgm" else 0})
 
-        def poll():
-            before = timer.seconds
-            poller.poll_once()
-            engine.append(timer.seconds - before)
-            if backend_kind == "dcgm":
-                dcgm_calls.append(inner.dcgm_calls_last_poll)
+        def mid(key):
+            return median(row[key] for row in rows)
 
-        measured = measure_polls(backend.sim, poll, polls, advance, api_counter=backend.nvml.caller.calls_by_name)
-        exporter_cpu = max(0.0, measured.cpu_total - measured.cpu_fake_driver - measured.cpu_sim_advance - median(engine))
-        return {"exporter_cpu_ms": 1000 * exporter_cpu, "total_cpu_ms": 1000 * measured.cpu_total,
-                "fake_nvml_ms": 1000 * measured.cpu_fake_driver, "fake_dcgm_ms": 1000 * median(engine),
-                "nvml_calls": measured.api_calls, "dcgm_calls": median(dcgm_calls) if dcgm_calls else 0,
-                "backend": backend.name,
+        return {"exporter_cpu_ms": 1000 * mid("exporter"), "total_cpu_ms": 1000 * mid("total"),
+                "fake_nvml_ms": 1000 * mid("nvml"), "fake_dcgm_ms": 1000 * mid("engine"),
+                "nvml_calls": rows[-1]["api"], "dcgm_calls": mid("dcgm"), "backend": backend.name,
                 "samples": sum(1 for line in poller.exposition.text.splitlines() if not line.startswith(b"#"))}
     finally:
         timer.uninstall()
+        nvml_timer.uninstall()
         backend.close()
 
 
