@@ -149,15 +149,72 @@ def cost(path: Path, backend_kind: str, start_at: float, polls: int, warmup: int
         backend.close()
 
 
+def decode_cost(path: Path, start_at: float, rounds: int = 7) -> dict:
+    """CPU of turning one poll's dcgmEntitiesGetLatestValues results into Readings: value by value
+    through the bindings' attributes (Decoder.__call__, the path before issue 22) next to the
+    batched Decoder.entity_readings the session uses. Thread CPU, median of ``rounds``."""
+    from exporter.backend.choose import DcgmOptions
+    from exporter.backend.dcgm_values import Decoder
+    from exporter.backend.sim import SimBackend
+
+    backend = SimBackend(path, backend="dcgm", dcgm=DcgmOptions(interval=1.0))
+    backend.step_to(start_at)
+    backend.open()
+    try:
+        for step in range(1, 4):
+            backend.step_to(start_at + step)
+            backend.poll()
+        session = backend.inner.source.session
+        if session is None or not hasattr(Decoder, "entity_readings"):
+            return {}
+        captured = []
+        original = session.caller.run
+
+        def run(name, fn, *args):
+            out = original(name, fn, *args)
+            if name == "dcgmEntitiesGetLatestValues":
+                captured.append(out)
+            return out
+
+        session.caller.run = run
+        backend.step_to(start_at + 4)
+        backend.poll()
+        session.caller.run = original
+        decoder = Decoder(session.b)
+
+        def one_by_one():
+            for values in captured:
+                out: dict = {}
+                for fv in values:
+                    out.setdefault((fv.entityGroupId, fv.entityId), {})[fv.fieldId] = decoder(fv)
+
+        def batched():
+            for values in captured:
+                decoder.entity_readings(values)
+
+        def cpu(fn, repeat=20):
+            times = []
+            for _ in range(rounds):
+                start = time.thread_time()
+                for _ in range(repeat):
+                    fn()
+                times.append((time.thread_time() - start) / repeat)
+            return 1000 * median(times)
+
+        return {"values": sum(len(v) for v in captured), "one_by_one_ms": cpu(one_by_one), "batched_ms": cpu(batched)}
+    finally:
+        backend.close()
+
+
 def render(rows: list[dict]) -> str:
     lines = ["== DCGM backend poll cost next to NVML's (median per poll; exporter CPU excludes the simulated "
              "driver, host engine and simulation)",
              f"{'scenario':<24} {'backend':<7} {'exporter CPU ms':>15} {'vs nvml':>8} {'samples':>7} "
-             f"{'NVML calls':>10} {'DCGM calls':>10} {'sim NVML ms':>11} {'sim DCGM ms':>11}"]
+             f"{'us/series':>9} {'NVML calls':>10} {'DCGM calls':>10} {'sim NVML ms':>11} {'sim DCGM ms':>11}"]
     for row in rows:
         ratio = row["exporter_cpu_ms"] / row["nvml_cpu_ms"] if row["nvml_cpu_ms"] else float("nan")
         lines.append(f"{row['scenario']:<24} {row['backend']:<7} {row['exporter_cpu_ms']:>15.2f} {ratio:>7.2f}x "
-                     f"{row['samples']:>7} {row['nvml_calls']:>10} {row['dcgm_calls']:>10g} {row['fake_nvml_ms']:>11.2f} "
+                     f"{row['samples']:>7} {1000 * row['exporter_cpu_ms'] / max(1, row['samples']):>9.1f} {row['nvml_calls']:>10} {row['dcgm_calls']:>10g} {row['fake_nvml_ms']:>11.2f} "
                      f"{row['fake_dcgm_ms']:>11.2f}")
     lines.append("samples: series on /metrics (the DCGM rows include the pipe activity NVML cannot give "
                  "pre-Hopper); calls: through the exporter's choke points")
@@ -169,6 +226,8 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true", help="one scenario, three polls (harness check)")
     parser.add_argument("--polls", type=int, default=20, help="measured polls per scenario and backend")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    parser.add_argument("--decode", action="store_true",
+                        help="also time decoding one poll's DCGM values: value by value vs batched")
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)
     tmp = Path(tempfile.mkdtemp(prefix="gpushare-dcgm-bench-"))
@@ -186,6 +245,13 @@ def main(argv=None) -> int:
         for row in (nvml, dcgm):
             rows.append({"scenario": label, "nvml_cpu_ms": nvml["exporter_cpu_ms"], **row})
     print(render(rows))
+    if args.decode:
+        print("== decoding one poll's DCGM values into Readings (CPU ms; value by value = before issue 22)")
+        for label, path, start_at in cases:
+            figures = decode_cost(path, start_at)
+            if figures:
+                print(f"{label:<24} {figures['values']:>4} values  value by value {figures['one_by_one_ms']:.3f}  "
+                      f"batched {figures['batched_ms']:.3f}  ({figures['one_by_one_ms'] / figures['batched_ms']:.1f}x)")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0
