@@ -210,12 +210,12 @@ def render(rows: list[dict]) -> str:
     lines = ["== DCGM backend poll cost next to NVML's (median per poll; exporter CPU excludes the simulated "
              "driver, host engine and simulation)",
              f"{'scenario':<24} {'backend':<7} {'exporter CPU ms':>15} {'vs nvml':>8} {'samples':>7} "
-             f"{'us/series':>9} {'NVML calls':>10} {'DCGM calls':>10} {'sim NVML ms':>11} {'sim DCGM ms':>11}"]
+             f"{'NVML calls':>10} {'DCGM calls':>10} {'sim NVML ms':>11} {'sim DCGM ms':>11} {'us/series':>9}"]
     for row in rows:
         ratio = row["exporter_cpu_ms"] / row["nvml_cpu_ms"] if row["nvml_cpu_ms"] else float("nan")
         lines.append(f"{row['scenario']:<24} {row['backend']:<7} {row['exporter_cpu_ms']:>15.2f} {ratio:>7.2f}x "
-                     f"{row['samples']:>7} {1000 * row['exporter_cpu_ms'] / max(1, row['samples']):>9.1f} {row['nvml_calls']:>10} {row['dcgm_calls']:>10g} {row['fake_nvml_ms']:>11.2f} "
-                     f"{row['fake_dcgm_ms']:>11.2f}")
+                     f"{row['samples']:>7} {row['nvml_calls']:>10} {row['dcgm_calls']:>10g} {row['fake_nvml_ms']:>11.2f} "
+                     f"{row['fake_dcgm_ms']:>11.2f} {1000 * row['exporter_cpu_ms'] / max(1, row['samples']):>9.1f}")
     lines.append("samples: series on /metrics (the DCGM rows include the pipe activity NVML cannot give "
                  "pre-Hopper); calls: through the exporter's choke points")
     return "\n".join(lines)
