@@ -10,6 +10,10 @@ entity mapping and watches). Figures are medians per poll:
 
     exporter CPU = total CPU - simulated NVML library - simulated DCGM host engine - simulation advance
 
+taken poll by poll (then the median), so a slow host-engine call in one poll and a slow
+exporter in another do not cancel out: on the MIG nodes the simulated host engine is most
+of a DCGM poll's CPU, and medians of the parts taken apart made the ratio swing by 0.5x.
+
 The simulated libraries stand in for work a real driver and a real host engine do in C (a
 real embedded host engine runs in the exporter's process too, on its own threads, without
 the GIL); what remains is what the exporter itself costs: pynvml and DCGM binding wrappers,
@@ -20,8 +24,10 @@ point (NvmlCaller), DCGM calls through DcgmCaller. Speed is never asserted; thes
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
+import os
 import sys
 import tempfile
 import threading
@@ -30,12 +36,14 @@ from pathlib import Path
 from statistics import median
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE)]
+# PYTHONPATH first: `PYTHONPATH=/other/checkout python bench/dcgm_bench.py` measures that checkout's
+# exporter with this bench (before/after in one session).
+sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p] + [str(HERE.parent), str(HERE)]
 
 import yaml  # noqa: E402
 
 from exporter.sim.fakedcgm import hostengine  # noqa: E402
-from perf.anatomy import measure_polls  # noqa: E402
+from perf.anatomy import FakeLibTimer, _patched, _Span  # noqa: E402
 
 SCENARIOS = HERE.parent / "examples" / "scenarios"
 
@@ -102,33 +110,99 @@ def cost(path: Path, backend_kind: str, start_at: float, polls: int, warmup: int
 
     poller = make_poller(backend, 1.0, Foresight())
     backend.open()
-    timer = EngineTimer()
+    timer, nvml_timer = EngineTimer(), FakeLibTimer()
     try:
         for _ in range(warmup):
             advance()
             poller.poll_once()
         poller._prerender = PrerenderPlan()  # no scraper: the measured polls encode nothing
         inner = backend.inner
-        dcgm_calls = []
+        api = backend.nvml.caller.calls_by_name
+        sim_span = _Span()
+        rows = []
+        gc.collect()  # garbage of earlier runs in this process would slow these polls (GC passes)
         timer.install()
-        engine = []
+        nvml_timer.install()
+        with _patched(backend.sim, "advance_to", sim_span.wrap(backend.sim.advance_to)):
+            for _ in range(polls):
+                advance()
+                api_before = sum(api.values())
+                marks = (time.process_time(), nvml_timer.seconds, timer.seconds, sim_span.seconds)
+                poller.poll_once()
+                total, nvml, engine, sim = (after - before for after, before in zip(
+                    (time.process_time(), nvml_timer.seconds, timer.seconds, sim_span.seconds), marks))
+                rows.append({"total": total, "nvml": nvml, "engine": engine, "sim": sim,
+                             "exporter": max(0.0, total - nvml - engine - sim),
+                             "api": sum(api.values()) - api_before,
+                             "dcgm": inner.dcgm_calls_last_poll if backend_kind == "dcgm" else 0})
 
-        def poll():
-            before = timer.seconds
-            poller.poll_once()
-            engine.append(timer.seconds - before)
-            if backend_kind == "dcgm":
-                dcgm_calls.append(inner.dcgm_calls_last_poll)
+        def mid(key):
+            return median(row[key] for row in rows)
 
-        measured = measure_polls(backend.sim, poll, polls, advance, api_counter=backend.nvml.caller.calls_by_name)
-        exporter_cpu = max(0.0, measured.cpu_total - measured.cpu_fake_driver - measured.cpu_sim_advance - median(engine))
-        return {"exporter_cpu_ms": 1000 * exporter_cpu, "total_cpu_ms": 1000 * measured.cpu_total,
-                "fake_nvml_ms": 1000 * measured.cpu_fake_driver, "fake_dcgm_ms": 1000 * median(engine),
-                "nvml_calls": measured.api_calls, "dcgm_calls": median(dcgm_calls) if dcgm_calls else 0,
-                "backend": backend.name,
+        return {"exporter_cpu_ms": 1000 * mid("exporter"), "total_cpu_ms": 1000 * mid("total"),
+                "fake_nvml_ms": 1000 * mid("nvml"), "fake_dcgm_ms": 1000 * mid("engine"),
+                "nvml_calls": rows[-1]["api"], "dcgm_calls": mid("dcgm"), "backend": backend.name,
                 "samples": sum(1 for line in poller.exposition.text.splitlines() if not line.startswith(b"#"))}
     finally:
         timer.uninstall()
+        nvml_timer.uninstall()
+        backend.close()
+
+
+def decode_cost(path: Path, start_at: float, rounds: int = 7) -> dict:
+    """CPU of turning one poll's dcgmEntitiesGetLatestValues results into Readings: value by value
+    through the bindings' attributes (Decoder.__call__, the path before issue 22) next to the
+    batched Decoder.entity_readings the session uses. Thread CPU, median of ``rounds``."""
+    from exporter.backend.choose import DcgmOptions
+    from exporter.backend.dcgm_values import Decoder
+    from exporter.backend.sim import SimBackend
+
+    backend = SimBackend(path, backend="dcgm", dcgm=DcgmOptions(interval=1.0))
+    backend.step_to(start_at)
+    backend.open()
+    try:
+        for step in range(1, 4):
+            backend.step_to(start_at + step)
+            backend.poll()
+        session = backend.inner.source.session
+        if session is None or not hasattr(Decoder, "entity_readings"):
+            return {}
+        captured = []
+        original = session.caller.run
+
+        def run(name, fn, *args):
+            out = original(name, fn, *args)
+            if name == "dcgmEntitiesGetLatestValues":
+                captured.append(out)
+            return out
+
+        session.caller.run = run
+        backend.step_to(start_at + 4)
+        backend.poll()
+        session.caller.run = original
+        decoder = Decoder(session.b)
+
+        def one_by_one():
+            for values in captured:
+                out: dict = {}
+                for fv in values:
+                    out.setdefault((fv.entityGroupId, fv.entityId), {})[fv.fieldId] = decoder(fv)
+
+        def batched():
+            for values in captured:
+                decoder.entity_readings(values)
+
+        def cpu(fn, repeat=20):
+            times = []
+            for _ in range(rounds):
+                start = time.thread_time()
+                for _ in range(repeat):
+                    fn()
+                times.append((time.thread_time() - start) / repeat)
+            return 1000 * median(times)
+
+        return {"values": sum(len(v) for v in captured), "one_by_one_ms": cpu(one_by_one), "batched_ms": cpu(batched)}
+    finally:
         backend.close()
 
 
@@ -136,12 +210,12 @@ def render(rows: list[dict]) -> str:
     lines = ["== DCGM backend poll cost next to NVML's (median per poll; exporter CPU excludes the simulated "
              "driver, host engine and simulation)",
              f"{'scenario':<24} {'backend':<7} {'exporter CPU ms':>15} {'vs nvml':>8} {'samples':>7} "
-             f"{'NVML calls':>10} {'DCGM calls':>10} {'sim NVML ms':>11} {'sim DCGM ms':>11}"]
+             f"{'NVML calls':>10} {'DCGM calls':>10} {'sim NVML ms':>11} {'sim DCGM ms':>11} {'us/series':>9}"]
     for row in rows:
         ratio = row["exporter_cpu_ms"] / row["nvml_cpu_ms"] if row["nvml_cpu_ms"] else float("nan")
         lines.append(f"{row['scenario']:<24} {row['backend']:<7} {row['exporter_cpu_ms']:>15.2f} {ratio:>7.2f}x "
                      f"{row['samples']:>7} {row['nvml_calls']:>10} {row['dcgm_calls']:>10g} {row['fake_nvml_ms']:>11.2f} "
-                     f"{row['fake_dcgm_ms']:>11.2f}")
+                     f"{row['fake_dcgm_ms']:>11.2f} {1000 * row['exporter_cpu_ms'] / max(1, row['samples']):>9.1f}")
     lines.append("samples: series on /metrics (the DCGM rows include the pipe activity NVML cannot give "
                  "pre-Hopper); calls: through the exporter's choke points")
     return "\n".join(lines)
@@ -152,6 +226,8 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true", help="one scenario, three polls (harness check)")
     parser.add_argument("--polls", type=int, default=20, help="measured polls per scenario and backend")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    parser.add_argument("--decode", action="store_true",
+                        help="also time decoding one poll's DCGM values: value by value vs batched")
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)
     tmp = Path(tempfile.mkdtemp(prefix="gpushare-dcgm-bench-"))
@@ -169,6 +245,13 @@ def main(argv=None) -> int:
         for row in (nvml, dcgm):
             rows.append({"scenario": label, "nvml_cpu_ms": nvml["exporter_cpu_ms"], **row})
     print(render(rows))
+    if args.decode:
+        print("== decoding one poll's DCGM values into Readings (CPU ms; value by value = before issue 22)")
+        for label, path, start_at in cases:
+            figures = decode_cost(path, start_at)
+            if figures:
+                print(f"{label:<24} {figures['values']:>4} values  value by value {figures['one_by_one_ms']:.3f}  "
+                      f"batched {figures['batched_ms']:.3f}  ({figures['one_by_one_ms'] / figures['batched_ms']:.1f}x)")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -15,7 +15,7 @@ import pytest
 
 from dcgm_helpers import write_scenario
 from exporter.backend import dcgm_bindings
-from exporter.backend.dcgm_values import decode
+from exporter.backend.dcgm_values import Decoder, decode
 from exporter.errors import UserError
 from exporter.sim import Simulation, fakedcgm
 from exporter.sim.fakedcgm.spec import DcgmSpec
@@ -78,6 +78,38 @@ def test_every_blank_sentinel_decodes_to_none(kind, field):
     assert decode(B, fv).value == real[kind]
     fv.status = -18
     assert decode(B, fv).value is None and decode(B, fv).status == -18
+
+
+def test_batched_decode_matches_value_by_value():
+    """Decoder.entity_readings (numbers read through the ctypes fields) gives the Readings the
+    bindings' attribute path gives, for every kind, blank, status and entity in one batch."""
+    v = B.value
+    cases = [("d", "dbl", 41.5, 0), ("d", "dbl", v.DCGM_FP64_BLANK, 0), ("d", "dbl", v.DCGM_FP64_NOT_SUPPORTED, 0),
+             ("d", "dbl", 0.0, 0), ("i", "i64", 7, 0), ("i", "i64", v.DCGM_INT64_NOT_FOUND, 0), ("i", "i64", 3, -14),
+             ("t", "i64", 1_700_000_000, 0), ("s", "str", "GPU-x", 0), ("s", "str", v.DCGM_STR_BLANK, 0),
+             ("d", "dbl", 2.0, -6), ("b", "i64", 5, 0)]
+    values = (B.structs.c_dcgmFieldValue_v2 * len(cases))()
+    for n, (kind, member, value, status) in enumerate(cases):
+        fv = values[n]
+        fv.entityGroupId, fv.entityId, fv.fieldId = (1, 4)[n % 2], n // 2, 100 + n
+        fv.fieldType, fv.status = ord(kind), status
+        setattr(fv.value, member, value)
+    decoder = Decoder(B)
+    expected: dict = {}
+    for fv in values:
+        expected.setdefault((fv.entityGroupId, fv.entityId), {})[fv.fieldId] = decode(B, fv)
+    assert decoder.entity_readings(values) == expected
+    assert decoder.entity_readings(list(values)) == expected
+    assert expected[(1, 0)][100].value == 41.5 and expected[(4, 0)][101].value is None
+    assert decoder._numeric_reader(B.structs.c_dcgmFieldValue_v2) is not None  # the fast path is the one tested
+
+    class Described(B.structs.c_dcgmFieldValue_v2):  # a member that is not a plain ctypes field
+        status = property(lambda self: -6)
+
+    assert decoder._numeric_reader(Described) is None
+    odd = Described()
+    odd.fieldType = ord("d")
+    assert decoder.entity_readings([odd]) == {(0, 0): {0: decode(B, odd)}} and decode(B, odd).status == -6
 
 
 def test_library_not_installed():

@@ -256,15 +256,7 @@ class DcgmSession:
     def _latest(self, entities: list[tuple[int, int]], fields: tuple[int, ...]):
         pairs = self._pairs(entities)
         values = self.caller.call("dcgmEntitiesGetLatestValues", self.handle, pairs, list(fields), 0)
-        out: dict[tuple[int, int], dict[int, Reading]] = {}
-        decode = self._decode
-        for fv in values:  # the order of the returned values is not guaranteed
-            entity = (fv.entityGroupId, fv.entityId)
-            per_entity = out.get(entity)
-            if per_entity is None:
-                per_entity = out[entity] = {}
-            per_entity[fv.fieldId] = decode(fv)
-        return out
+        return self._decode.entity_readings(values)
 
     def read_device(self) -> dict[int, dict[int, Reading]]:
         """NVML index -> {field id: Reading} for every watched GPU."""

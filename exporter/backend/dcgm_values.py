@@ -94,6 +94,7 @@ class Decoder:
         self.fp64_blank = value.DCGM_FP64_BLANK
         self.int64_blank = value.DCGM_INT64_BLANK
         self.str_is_blank = value.DCGM_STR_IS_BLANK
+        self._readers: dict[type, tuple | None] = {}
 
     def __call__(self, fv) -> Reading:
         status = fv.status
@@ -111,6 +112,75 @@ class Decoder:
             text = fv.value.str
             return Reading(None if self.str_is_blank(text) else str(text))
         return Reading(None)
+
+
+    def entity_readings(self, values) -> dict[tuple[int, int], dict[int, Reading]]:
+        """(entityGroupId, entityId) -> {fieldId: Reading} for the values of one
+        dcgmEntitiesGetLatestValues call (same Readings as calling the decoder on each).
+
+        The bindings' structures decode every attribute read in Python (C strings to str);
+        numbers need none, so they are read through the ctypes field descriptors, once per
+        value: several times cheaper on a MIG node's hundreds of values per poll.
+        """
+        out: dict[tuple[int, int], dict[int, Reading]] = {}
+        if not len(values):
+            return out
+        fast = self._numeric_reader(type(values[0]))
+        for fv in values:  # the order of the returned values is not guaranteed
+            if fast is not None and type(fv) is fast[0]:
+                entity, fid, reading = fast[1](fv)
+            else:
+                entity, fid, reading = (fv.entityGroupId, fv.entityId), fv.fieldId, self(fv)
+            per_entity = out.get(entity)
+            if per_entity is None:
+                per_entity = out[entity] = {}
+            per_entity[fid] = reading
+        return out
+
+    def _numeric_reader(self, cls):
+        """(cls, read) where read(fv) -> ((group, entity), fieldId, Reading); None when ``cls``
+        is not a ctypes structure with the fields of c_dcgmFieldValue_v1/v2 (then each value
+        is read through the bindings)."""
+        cached = self._readers.get(cls, False)
+        if cached is not False:
+            return cached
+        names = ("entityGroupId", "entityId", "fieldId", "fieldType", "status", "value")
+        getters = [_field_getter(cls, name) for name in names]
+        union_cls = dict(field[:2] for field in getattr(cls, "_fields_", ())).get("value")
+        dbl, i64 = _field_getter(union_cls, "dbl"), _field_getter(union_cls, "i64")
+        reader = None
+        if None not in getters and dbl is not None and i64 is not None:
+            group, entity, field, ftype, status, value = getters
+            double, ints, fp64_blank, int64_blank = self.double, self.ints, self.fp64_blank, self.int64_blank
+
+            def read(fv):
+                code = status(fv)
+                kind = ftype(fv)
+                if code == 0 and kind == double:
+                    number = dbl(value(fv))
+                    reading = Reading(None if number >= fp64_blank else float(number))
+                elif code == 0 and kind in ints:
+                    number = i64(value(fv))
+                    reading = Reading(None if number >= int64_blank else int(number))
+                else:  # errors, strings, a char fieldType: the bindings' own path
+                    reading = self(fv)
+                return (group(fv), entity(fv)), field(fv), reading
+
+            reader = (cls, read)
+        self._readers[cls] = reader
+        return reader
+
+
+def _field_getter(cls, name: str):
+    """The getter of ctypes field ``name`` of structure/union ``cls`` (None when it has none)."""
+    for klass in getattr(cls, "__mro__", ()):
+        descriptor = vars(klass).get(name)
+        if descriptor is not None:
+            # ctypes' CField: has offset and size; anything else (a property) is not a plain field
+            if hasattr(descriptor, "offset") and hasattr(descriptor, "size"):
+                return descriptor.__get__
+            return None
+    return None
 
 
 def decode(bindings, fv) -> Reading:
