@@ -144,7 +144,8 @@ def test_fault_storm_under_10000_scrapes(tmp_path):
     assert results["failed"] == [] and results["ok"] == SCRAPES
     assert proc.returncode == 0 and "Traceback" not in stderr, stderr[-2000:]
     assert samples[-1].sim_time == reliability.DURATION, "the scenario did not play to its end during the load"
-    assert {s.health for s in samples} == {200}
+    flaps = [(s.sim_time, round(s.wall_age, 2)) for s in samples if s.health != 200]
+    assert flaps == [], f"/health left 200 at (simulated time, poll age): {flaps[:10]}"
     assert all(s.up.get("0") == 1 for s in samples), "the healthy GPU was reported down"
     stale = [round(s.wall_age, 2) for s in samples if s.wall_age > 3 * INTERVAL + GPU_TIMEOUT + 1.0]
     assert stale == [], f"polls went stale while clients scraped: {stale[:10]}"
