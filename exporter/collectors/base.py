@@ -42,6 +42,17 @@ class Spec:
 
     def new_family(self) -> Metric:
         """An empty prometheus_client family for this spec."""
+        # A copy of one checked prototype per spec: the family constructors validate the name
+        # and unit again every time, and every poll makes each family anew.
+        prototype = _PROTOTYPES.get(self)
+        if prototype is None:
+            prototype = _PROTOTYPES[self] = self._build_family()
+        family = object.__new__(type(prototype))
+        family.__dict__.update(prototype.__dict__)
+        family.samples = []
+        return family
+
+    def _build_family(self) -> Metric:
         if self.kind == "gauge":
             return GaugeMetricFamily(self.name, self.help, labels=self.labels, unit=self.unit)
         if self.kind == "counter":
@@ -50,6 +61,10 @@ class Spec:
         if self.kind == "info":
             return InfoMetricFamily(self.name[: -len("_info")], self.help, labels=self.labels)
         raise ValueError(f"unknown metric kind {self.kind!r}")
+
+
+# Spec -> its family with no samples (see Spec.new_family); bounded: specs are made by the code.
+_PROTOTYPES: dict[Spec, Metric] = {}
 
 
 class Families:
