@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Iterable, Sequence
+from operator import itemgetter
+from typing import Callable, Iterable, Sequence
 
 from prometheus_client.exposition import generate_latest as _library_text
 from prometheus_client.metrics_core import Metric
@@ -37,6 +38,8 @@ _checked: dict[re.Pattern, set[str]] = {
     _PLAIN_METRIC_NAME: set(), _PLAIN_SAMPLE_NAME: set(), _PLAIN_LABEL_NAME: set()}
 _CHECKED_LIMIT = 10_000
 _plain_labels = _checked[_PLAIN_LABEL_NAME]
+# Label names in a sample's order -> how to write its label block (see _label_plan).
+_label_plans: dict[tuple[str, ...], tuple] = {}
 
 
 class _NotSimple(Exception):
@@ -56,12 +59,8 @@ class _Replay:
 def go_float(value: float) -> str:
     """A sample value as Go prints it (what Prometheus writes): +Inf, NaN, 1e+06 style exponents."""
     d = float(value)
-    if d == math.inf:
-        return "+Inf"
-    if d == -math.inf:
-        return "-Inf"
-    if d != d:
-        return "NaN"
+    if d - d != 0.0:  # inf - inf and nan - nan are nan: only those leave the common path
+        return "+Inf" if d == math.inf else "-Inf" if d == -math.inf else "NaN"
     s = repr(d)
     dot = s.find(".")
     if d > 0 and dot > 6:  # Go switches to an exponent sooner than Python's repr
@@ -85,15 +84,38 @@ def _check_name(name: str, pattern: re.Pattern) -> None:
             checked.add(name)
 
 
-def _label_block(labels: dict[str, str]) -> str:
-    if not labels:
-        return ""
-    parts = []
-    for key, value in sorted(labels.items()):
+def _label_plan(keys: tuple[str, ...]) -> tuple[Callable, str, bool]:
+    """(getter of the values in sorted-name order, %-template of the block, one label?) for
+    samples whose labels have these names in this order; each name is checked here, once."""
+    for key in keys:
         if key not in _plain_labels:
             _check_name(key, _PLAIN_LABEL_NAME)
-        parts.append(f'{key}="{_escape_value(value)}"')
-    return "{" + ",".join(parts) + "}"
+    order = sorted(keys)
+    # Checked names hold only [a-zA-Z0-9_], so no "%" reaches the template but the slots.
+    template = "{" + ",".join(f'{key}="%s"' for key in order) + "}"
+    plan = (itemgetter(*order), template, len(order) == 1)
+    if len(_label_plans) < _CHECKED_LIMIT:
+        _label_plans[keys] = plan
+    return plan
+
+
+def _label_block(labels: dict[str, str]) -> str:
+    # Every sample of a family has the same label names: the sorting, the name checks and the
+    # formatting plan are done once per set of names, not once per sample (the block is the
+    # largest cost of an encode on a node with thousands of series).
+    if not labels:
+        return ""
+    keys = tuple(labels)
+    plan = _label_plans.get(keys) or _label_plan(keys)
+    getter, template, single = plan
+    values = (getter(labels),) if single else getter(labels)
+    try:
+        joined = "".join(values)
+    except TypeError:  # a value that is not a str: the library's encoder decides
+        raise _NotSimple(keys) from None
+    if "\\" in joined or "\n" in joined or '"' in joined:
+        values = tuple([_escape_value(value) for value in values])
+    return template % values
 
 
 def _text(families: Sequence[Metric]) -> str:
@@ -105,10 +127,15 @@ def _text(families: Sequence[Metric]) -> str:
         _check_name(shown, _PLAIN_METRIC_NAME)
         doc = metric.documentation.replace("\\", "\\\\").replace("\n", "\\n")
         append(f"# HELP {shown} {doc}\n# TYPE {shown} {_TEXT_TYPE.get(kind, kind)}\n")
+        checked = None  # a family's samples mostly share one name: check each new one only
         for name, labels, value, timestamp, exemplar, native in metric.samples:
-            if native is not None or name.endswith(_OPENMETRICS_ONLY_SUFFIXES):
+            if native is not None:
                 raise _NotSimple(name)
-            _check_name(name, _PLAIN_METRIC_NAME)
+            if name != checked:
+                if name.endswith(_OPENMETRICS_ONLY_SUFFIXES):
+                    raise _NotSimple(name)
+                _check_name(name, _PLAIN_METRIC_NAME)
+                checked = name
             stamp = "" if timestamp is None else f" {int(float(timestamp) * 1000):d}"
             append(f"{name}{_label_block(labels)} {go_float(value)}{stamp}\n")
     return "".join(out)
@@ -126,10 +153,13 @@ def _openmetrics(families: Sequence[Metric]) -> str:
         append(f"# HELP {name} {doc}\n# TYPE {name} {metric.type}\n")
         if metric.unit:
             append(f"# UNIT {name} {metric.unit}\n")
+        checked = None  # a family's samples mostly share one name: check each new one only
         for sample_name, labels, value, timestamp, exemplar, native in metric.samples:
             if exemplar is not None or native is not None:
                 raise _NotSimple(sample_name)
-            _check_name(sample_name, _PLAIN_SAMPLE_NAME)
+            if sample_name != checked:
+                _check_name(sample_name, _PLAIN_SAMPLE_NAME)
+                checked = sample_name
             stamp = "" if timestamp is None else f" {timestamp}"
             shown = "" if value is None else go_float(value)
             append(f"{sample_name}{_label_block(labels)} {shown}{stamp}\n")

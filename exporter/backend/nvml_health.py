@@ -132,29 +132,37 @@ class HealthReader:
         if not ok(answer):
             return out  # a failure: asked again next poll
         success = nv.NVML_SUCCESS
+        link_count, memory_temp, replays = (nv.NVML_FI_DEV_NVLINK_LINK_COUNT, nv.NVML_FI_DEV_MEMORY_TEMP,
+                                             nv.NVML_FI_DEV_PCIE_REPLAY_COUNTER)
+        pcie_tx, pcie_rx = nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES
+        link_tx, link_rx = nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
+        violation_keys = self._violation_keys
         for entry in answer:
-            if entry.nvmlReturn != success:
-                if entry.fieldId == nv.NVML_FI_DEV_NVLINK_LINK_COUNT:
+            # The struct's fields read directly: pynvml's struct class hooks every attribute read
+            # in Python to turn bytes into str, and no field of a field value is bytes (about
+            # 50 entries of 6 reads per GPU per poll).
+            ret, fid = _field(entry, "nvmlReturn"), _field(entry, "fieldId")
+            if ret != success:
+                if fid == link_count:
                     self._links = 0  # NotSupported: a board without NVLink
                 continue
             number = _number(nv, entry)
-            fid = entry.fieldId
-            if fid == nv.NVML_FI_DEV_MEMORY_TEMP:
+            if fid == memory_temp:
                 out["_values"]["memory_temperature_celsius"] = float(number)
-            elif fid == nv.NVML_FI_DEV_PCIE_REPLAY_COUNTER:
+            elif fid == replays:
                 out["_values"]["pcie_replay_errors"] = int(number)
-            elif fid in self._violation_keys:
-                out["violations"][self._violation_keys[fid]] = number / 1e9  # ns -> s
-            elif fid == nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES:
-                out["pcie"]["tx"] = (int(number), int(entry.timestamp))
-            elif fid == nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES:
-                out["pcie"]["rx"] = (int(number), int(entry.timestamp))
-            elif fid == nv.NVML_FI_DEV_NVLINK_LINK_COUNT:
+            elif fid in violation_keys:
+                out["violations"][violation_keys[fid]] = number / 1e9  # ns -> s
+            elif fid == pcie_tx:
+                out["pcie"]["tx"] = (int(number), int(_field(entry, "timestamp")))
+            elif fid == pcie_rx:
+                out["pcie"]["rx"] = (int(number), int(_field(entry, "timestamp")))
+            elif fid == link_count:
                 self._links = int(number)
-            elif fid == nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX:
-                out["tx"][int(entry.scopeId)] = int(number) * 1024  # KiB -> bytes
-            elif fid == nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX:
-                out["rx"][int(entry.scopeId)] = int(number) * 1024
+            elif fid == link_tx:
+                out["tx"][int(_field(entry, "scopeId"))] = int(number) * 1024  # KiB -> bytes
+            elif fid == link_rx:
+                out["rx"][int(_field(entry, "scopeId"))] = int(number) * 1024
         if self._links and not self._link_state:
             self._link_state = self._read_links(ctx, h)  # the count just became known
         return out
@@ -242,9 +250,13 @@ class HealthReader:
         return int(bool(features.gridLicensableFeatures[0].featureState))
 
 
+# A ctypes struct's own attribute lookup, without pynvml's Python-level hook (see _fields).
+_field = object.__getattribute__
+
+
 def _number(nv, entry):
-    kind = entry.valueType
-    value = entry.value
+    kind = _field(entry, "valueType")
+    value = _field(entry, "value")
     if kind == nv.NVML_VALUE_TYPE_DOUBLE:
         return value.dVal
     if kind == nv.NVML_VALUE_TYPE_UNSIGNED_INT:
