@@ -43,12 +43,24 @@ def test_a_narrow_overflow_pages_on_agreeing_runs_but_only_warns_on_one():
     assert max(one) < CRITICAL_CONFIDENCE <= max(two)
 
 
+def spiky(position: float) -> list[ProcessState]:
+    """Two replicas of a twice-learned job (10 GiB for 1000 s, 20 GiB from 900 to 930 s) at
+    ``position`` seconds: on a 36 GiB device their spikes overflow it for 30 s only."""
+    top = 20 * GiB
+    job = WorkloadProfile("spiky", top, 900.0, 1000.0, 2, 40, ((0.0, 10 * GiB), (900.0, top), (930.0, 10 * GiB)),
+                          1.0, recent_peaks=(top, top))
+    return [ProcessState(i, 10 * GiB, position, job, position=position, basis="learned") for i in (1, 2)]
+
+
 def test_a_short_overflow_far_ahead_pages_only_as_it_nears():
-    """The three Wan jobs overflow only during their last 30 s: read 7 minutes ahead on learned
-    ages that may drift by a tenth of that, the collision is not yet likely; once it is within
-    300 s (30 s of drift), it is. What the critical tier costs in lead on spiky collisions."""
-    confidences = together_confidences(2)
-    assert confidences[0] < CRITICAL_CONFIDENCE <= confidences[-1]
+    """Learned ages drift by about TIMING_SHARE of how far ahead they are read: a 30 s overlap
+    800 s ahead needs them to meet within less than that and is a warning; 500 s ahead (25 s of
+    drift) it pages. What the critical tier costs in lead on spiky collisions."""
+    far, near = spiky(900.0 - 800.0), spiky(900.0 - 500.0)
+    far_forecast, near_forecast = forecast_device(far, 36 * GiB), forecast_device(near, 36 * GiB)
+    assert far_forecast.contention_in_seconds == 800.0 and near_forecast.contention_in_seconds == 500.0
+    assert contention_confidence(far, far_forecast) < CRITICAL_CONFIDENCE  # 30 s / (0.05 x 800 s) = 0.75
+    assert contention_confidence(near, near_forecast) >= CRITICAL_CONFIDENCE  # 30 s / 25 s
 
 
 def profile(peaks: tuple[int, ...]) -> WorkloadProfile:
@@ -77,6 +89,23 @@ def test_growth_resting_on_a_declared_size_is_not_critical():
     states, forecast = two_growing("declared", 36 * GiB)
     confidence = contention_confidence(states, forecast)
     assert confidence is not None and confidence < CRITICAL_CONFIDENCE
+
+
+def test_a_collision_that_needs_a_declared_or_trend_growth_does_not_page_however_small_it_is():
+    """A learned job growing 10 -> 20 GiB in 40 s beside one declared at 11 GiB (holding 10), or
+    growing 1 GiB in those 40 s on its trend: 31 GiB on a 30 GiB device. The declared GiB is a tenth of the growth, so the growth-weighted grounding
+    is 0.96, but a declared size (like a trend) says how much, not when: without it there is no
+    overflow, so no page. A learned overflow that does not need it still pages."""
+    grounded = ProcessState(1, 10 * GiB, 10.0, profile((20 * GiB, 20 * GiB)), position=10.0, basis="learned")
+    for basis in ("declared", "trend"):
+        other = ProcessState(2, 10 * GiB, 10.0, basis=basis, floor_bytes=11 * GiB if basis == "declared" else 0,
+                             trend_bytes_per_second=GiB / 40 if basis == "trend" else 0.0,
+                             trend_seconds=40.0 if basis == "trend" else 0.0)
+        states = [grounded, other]
+        needs = contention_confidence(states, forecast_device(states, 30 * GiB))
+        assert needs is not None and needs < CRITICAL_CONFIDENCE, basis
+        clear = contention_confidence(states, forecast_device(states, 26 * GiB))
+        assert clear is not None and clear >= CRITICAL_CONFIDENCE, basis
 
 
 def test_overflow_by_what_is_held_now_is_certain_and_none_without_contention():

@@ -28,7 +28,12 @@ GROUNDING = {"learned": 1.0, "scaled": 0.6, "declared": 0.6, "trend": 0.4, "curr
 SINGLE_RUN = 0.85  # a profile learned from one run: a measurement, but of one run only
 UNKNOWN_SPREAD = 0.05  # peak spread assumed for a profile with one run (a few percent is typical)
 SPREAD_WEIGHT = 3.0  # grounding of several runs: 1 - this x spread (0.85 at 5 %)
-TIMING_SHARE = 0.1  # learned timings drift by about this share of how far ahead they are read
+# Learned timings drift by about this share of how far ahead they are read. Co-tenants slowed
+# by each other are read at the device's measured slowdown already (progress.device_slowdown),
+# so what is left is run-to-run jitter of a few percent; 0.1 held back narrow collisions that
+# were real (docs/foresight.md, "Confidence").
+TIMING_SHARE = 0.05
+WHEN_UNKNOWN = ("declared", "trend")  # bases that say how much (or how fast), never when
 MIN_MARGIN_SHARE = 0.02  # a grounded overflow needs this share of the device to be fully confident
 CRITICAL_CONFIDENCE = 0.8  # the alerts' critical tier: gpushare_*_memory_contention_confidence_ratio >= this
 
@@ -85,8 +90,12 @@ def contention_confidence(states: Sequence[ProcessState], forecast: DeviceForeca
     weights = {s.pid: grounding(s) for s in states}
     grounded = sum(weights[pid] * g for pid, g in growth.items()) / total
     # The overflow left once the growth each basis does not ground is taken away: a collision that
-    # needs a declared size or a one-run profile to be right to the byte is not likely yet.
-    ungrounded = sum((1.0 - weights[pid]) * g for pid, g in growth.items())
+    # needs a declared size or a one-run profile to be right to the byte is not likely yet. A
+    # declared size is held from now on and a trend is a straight line: neither says when the
+    # process reaches that memory, so a collision that needs any of their growth to happen at the
+    # moment a learned co-tenant peaks is not likely either: their growth counts as ungrounded whole.
+    when_unknown = {s.pid for s in states if s.basis in WHEN_UNKNOWN}
+    ungrounded = sum((1.0 if pid in when_unknown else 1.0 - weights[pid]) * g for pid, g in growth.items())
     margin = max(MIN_MARGIN_SHARE * (forecast.capacity_bytes or 0), 1)
     clears = max(0.0, min(1.0, (-headroom - ungrounded) / margin))
     # Timing: an overflow that lasts less than the learned timings may drift by then (spikes
