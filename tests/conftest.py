@@ -97,6 +97,11 @@ E2E_TESTS: dict[str, set[str]] = {
     "test_scenario": {"test_mixed_node_is_generated_and_reproducible", "test_shipped_scenarios_load"},
     "test_transitions": {"test_each_change_of_the_fault_demo_is_logged_once", "test_health_never_flaps_while_one_gpu_hangs_with_default_settings", "test_health_stays_up_and_says_so_when_every_gpu_is_lost"},
     "test_web_config": {"test_every_case_gets_promtools_verdict", "test_generated_configs_get_promtools_verdict", "test_random_bytes_get_promtools_verdict"},
+    "test_helm": {"*"},  # helm and kubectl processes for every value set
+    "test_hardware_alerts_e2e": {"*"},  # plays the health node through both backends into promtool
+    "test_recommend_consistency": {"test_simulated_histories_give_plans_that_never_contradict_themselves",
+                                   "test_all_histories_together_as_one_fleet"},  # plays nine scenarios
+    "test_recommend_operator": {"test_simulated_fleet_objects_are_valid_and_labels_name_only_their_configs"},
 }
 
 
