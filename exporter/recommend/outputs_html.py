@@ -47,8 +47,10 @@ def _advice(a: MpsAdvice) -> str:
     reasons = "".join(f"<li>{escape(r)}</li>" for r in a.reasons)
     return (f"<h3>{escape(a.device)}: {escape(a.verdict)}</h3>"
             f"<p class='k'>limits {gib(a.limits_sum_bytes)} in all; at most {gib(a.together_bytes)} and "
-            f"{plural(a.clients_at_once, 'client')} at one time; with contexts {gib(a.footprint_bytes)} of "
-            f"{gib(a.usable_bytes)} usable"
+            f"{plural(a.clients_at_once, 'client')} at one time"
+            + (f"; staggered {gib(a.staggered_peak_bytes)} with contexts" if a.staggered_peak_bytes else
+               f"; with contexts {gib(a.footprint_bytes)}")
+            + f" of {gib(a.usable_bytes)} usable"
             + ("" if a.room_left_bytes is None else f", {size_text(a.room_left_bytes)} left")
             + f"; any {a.max_concurrency} clients at once are safe</p>{stagger_svg(a)}"
             "<table><tr><th>client</th><th>CUDA_MPS_PINNED_DEVICE_MEM_LIMIT</th>"
