@@ -25,9 +25,10 @@ slowdown, first_run, learned (here, elsewhere, declared, never).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from exporter.catalog import MIB, MODELS
+from foresight_corpus import Episode  # the harness's episode shape, shared by both corpora (not their episodes)
 from exporter.sim.scenario import parse_scenario
 
 GiB = 2**30
@@ -82,25 +83,6 @@ class Run:
     memory: tuple[tuple[float, int], ...]
     env: tuple[tuple[str, str], ...] = ()
     missed_spike: bool = False  # a learning run whose narrow spike falls between two 5 s polls
-
-
-@dataclass(frozen=True)
-class Episode:
-    index: int
-    model: str
-    mig: str | None
-    capacity: int
-    other: tuple[str, str | None] | None
-    workloads: tuple[Workload, ...]
-    runs: tuple[Run, ...]
-    test_start: int
-    end: int
-    slowdown: float
-    ratio: float  # simultaneous test-phase peak / what the clients can use
-    classes: dict[str, str] = field(default_factory=dict)
-
-    def test_runs(self) -> list[Run]:
-        return [r for r in self.runs if r.phase == "test"]
 
 
 def capacity(model: str, mig: str | None) -> int:
