@@ -106,6 +106,16 @@ def _counts(truth: set) -> dict:
     return {key: (2 if key == ("GpuXidHardwareError", "0") else 1) for key in truth}
 
 
+def _healthy_copy(tmp_path):
+    """The health node with every injected fault (scenario keys and events) taken out."""
+    data = yaml.safe_load((SCENARIOS / "health-node.yaml").read_text())
+    for gpu in data["gpus"]:
+        for key in FAULT_KEYS:
+            gpu.pop(key, None)
+    data.pop("events", None)
+    return write_scenario(tmp_path, data, "healthy-node.yaml")
+
+
 @pytest.mark.parametrize("backend", ["nvml", "dcgm"])
 def test_each_injected_fault_fires_its_alert(tmp_path, backend, promtool):
     series = served_series(SCENARIOS / "health-node.yaml", backend)
@@ -115,12 +125,7 @@ def test_each_injected_fault_fires_its_alert(tmp_path, backend, promtool):
 
 @pytest.mark.parametrize("backend", ["nvml", "dcgm"])
 def test_the_same_node_without_faults_fires_nothing(tmp_path, backend, promtool):
-    data = yaml.safe_load((SCENARIOS / "health-node.yaml").read_text())
-    for gpu in data["gpus"]:
-        for key in FAULT_KEYS:
-            gpu.pop(key, None)
-    data.pop("events", None)
-    healthy = write_scenario(tmp_path, data, "healthy-node.yaml")
+    healthy = _healthy_copy(tmp_path)
     series = served_series(healthy, backend)
     result = promtool_check(tmp_path, series, {at: {} for at in ("3m", "6m30s", "9m30s", "10m")})
     assert result.returncode == 0, result.stdout + result.stderr
@@ -136,12 +141,7 @@ def test_a_real_prometheus_fires_the_instant_alerts_and_nothing_on_the_healthy_n
 
     from tests.promstack import Exporter, Prometheus
 
-    data = yaml.safe_load((SCENARIOS / "health-node.yaml").read_text())
-    for gpu in data["gpus"]:
-        for key in FAULT_KEYS:
-            gpu.pop(key, None)
-    data.pop("events", None)
-    healthy = write_scenario(tmp_path, data, "healthy-node.yaml")
+    healthy = _healthy_copy(tmp_path)
     names = "|".join(_alert_names())
     faulty_exporter = Exporter(SCENARIOS / "health-node.yaml", speed=10, interval=0.5)
     healthy_exporter = Exporter(healthy, speed=10, interval=0.5)
