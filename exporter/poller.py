@@ -155,6 +155,10 @@ class Poller:
         error = f"; last error: {stats.last_error}" if stats.last_error else ""
         if stats.last_success_monotonic is None:
             return Health(False, f"no successful poll yet (polling every {self.interval:g}s){error}")
+        if self._exposition is None:
+            # The poll thread records success before it renders; until the first page is
+            # published /metrics answers 503, so /health must not say ready yet either.
+            return Health(False, "first poll succeeded; its metrics are still being rendered")
         age = max(0.0, self._monotonic() - stats.last_success_monotonic)
         if age >= limit:
             return Health(False, f"last successful poll was {age:.1f}s ago (limit {limit:g}s){error}")

@@ -103,7 +103,7 @@ def test_serving_survives_every_fault_and_follows_changes(serve_faults_demo, pro
     deadline = time.monotonic() + 40  # the 10 min scenario lasts 10 s at 60x; allow for the 3 s hang
     while time.monotonic() < deadline:
         status, text = get(base + "/metrics")
-        assert status == 200
+        assert status == 200, text
         page = samples(text)
         sim_time = value(page, "gpushare_simulation_time_seconds")
         assert sim_time is not None

@@ -235,6 +235,23 @@ def test_health_ages_out_after_three_intervals():
     assert "15.0s ago" in health.reason and "TimeoutError: gpu 0 timed out" in health.reason
 
 
+def test_health_waits_for_the_first_page_not_only_the_first_poll(monkeypatch):
+    """A good poll whose page is still rendering is not ready: /health and /metrics agree (both 503)."""
+    clock = Clock(100.0)
+    poller = Poller(FakeBackend(rich_snapshot()), 5.0, monotonic=clock)
+    seen = []
+
+    def render_while_checking(*args, **kwargs):
+        seen.append(poller.health())  # what /health answers while the first render runs
+        return real_render(*args, **kwargs)
+
+    real_render = poller_module.render
+    monkeypatch.setattr(poller_module, "render", render_while_checking)
+    poller.poll_once()
+    assert seen and seen[0].ok is False and "still being rendered" in seen[0].reason
+    assert poller.exposition is not None and poller.health().ok is True
+
+
 def test_worker_thread_polls_and_stops_cleanly():
     """start() opens the backend and polls repeatedly; stop() ends the thread and closes the backend."""
     done = threading.Event()
