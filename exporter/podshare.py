@@ -96,7 +96,9 @@ def _whole_gpu(gpu: GpuInfo) -> list[PodShare]:
         share = None
         if busy is not None:
             mine = sum(p.sm_utilization_ratio or 0.0 for p in procs)
-            share = busy * mine / samples if samples > 0 else (0.0 if busy == 0 else None)
+            # The ratio first: busy * mine underflows for subnormal samples (0.75 * 5e-324 is
+            # 5e-324 again), which would give a pod the whole device's busy time or more.
+            share = busy * (mine / samples) if samples > 0 else (0.0 if busy == 0 else None)
         rows.append(PodShare(gpu.index, gpu.uuid, None, namespace, pod, _memory(procs), share))
     attributed_sm = [r.sm_share or 0.0 for r in rows]
     rest_sm = None if busy is None else _clean(busy - sum(attributed_sm))
