@@ -9,12 +9,18 @@ and only label values are escaped, and only when they hold a backslash, quote or
 Anything outside that simple case (a name that needs escaping, exemplars, native
 histograms, OpenMetrics-only samples in the text format) goes to prometheus_client's own
 encoder for the whole exposition, so the output is always what the library would write.
+
+The poller's families come lean (exporter.collectors.base.Family: a ``spec`` and ``rows``, a
+``{label values: float}`` map): their header and sample-line template are made once per spec
+and each series is one ``%`` of that template, with no Sample, label dict or per-sample name
+check. prometheus_client families (anything that is a ``Metric``) may be mixed in.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from itertools import chain
 from operator import itemgetter
 from typing import Callable, Iterable, Sequence
 
@@ -40,6 +46,10 @@ _CHECKED_LIMIT = 10_000
 _plain_labels = _checked[_PLAIN_LABEL_NAME]
 # Label names in a sample's order -> how to write its label block (see _label_plan).
 _label_plans: dict[tuple[str, ...], tuple] = {}
+# Spec of a lean family -> how to write it (see _series_plan); bounded like the names.
+_series_plans: dict[object, tuple] = {}
+_NEG_INF = -math.inf
+_EXPONENT_FROM = 1e6  # from here up (or not finite) Go's formatting differs from repr's: see go_float
 
 
 class _NotSimple(Exception):
@@ -118,10 +128,70 @@ def _label_block(labels: dict[str, str]) -> str:
     return template % values
 
 
+def _series_plan(spec) -> tuple:
+    """(text header, OpenMetrics header, sample-line template, label reorder) of a lean family.
+
+    A header is None where that format needs the library's encoder (a name it would rewrite);
+    the template takes the label values in sorted-name order, then the value's text."""
+    plan = _series_plans.get(spec)
+    if plan is not None:
+        return plan
+    metric = spec.prototype()  # the names, type, help and unit the library would write
+    kind, name, sample = metric.type, metric.name, spec.name
+    try:
+        for key in spec.labels:
+            _check_name(key, _PLAIN_LABEL_NAME)
+    except _NotSimple:
+        plan = (None, None, "", None)
+    else:
+        text_head = om_head = None
+        shown = name + _TEXT_NAME_SUFFIX.get(kind, "")
+        if _PLAIN_METRIC_NAME.fullmatch(shown) and _PLAIN_METRIC_NAME.fullmatch(sample) and not sample.endswith(
+                _OPENMETRICS_ONLY_SUFFIXES):
+            doc = metric.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+            text_head = f"# HELP {shown} {doc}\n# TYPE {shown} {_TEXT_TYPE.get(kind, kind)}\n"
+        if _PLAIN_METRIC_NAME.fullmatch(name) and _PLAIN_SAMPLE_NAME.fullmatch(sample):
+            om_head = f"# HELP {name} {_escape_value(metric.documentation)}\n# TYPE {name} {kind}\n"
+            if metric.unit:
+                om_head += f"# UNIT {name} {metric.unit}\n"
+        order = sorted(range(len(spec.labels)), key=spec.labels.__getitem__)
+        block = ",".join(f'{spec.labels[i]}="%s"' for i in order)
+        # Checked names hold only [a-zA-Z0-9_], so no "%" reaches the template but the slots.
+        template = f"{sample}{{{block}}} %s\n" if block else f"{sample} %s\n"
+        reorder = None if order == sorted(order) else itemgetter(*order)
+        plan = (text_head, om_head, template, reorder)
+    if len(_series_plans) < _CHECKED_LIMIT:
+        _series_plans[spec] = plan
+    return plan
+
+
+def _series_lines(family, plan: tuple) -> str:
+    """The sample lines of a lean family (the same in both formats)."""
+    _, _, template, reorder = plan
+    rows = family.rows
+    joined = "".join(chain.from_iterable(rows))  # one C pass over every label value of the family
+    if "\\" in joined or "\n" in joined or '"' in joined:
+        rows = {tuple([_escape_value(value) for value in values]): value for values, value in rows.items()}
+    neg_inf, big = _NEG_INF, _EXPONENT_FROM
+    # Values are floats (Families.add makes them so): repr is Go's text for finite ones below 1e6.
+    if reorder is None:
+        return "".join([template % (values + (repr(value) if neg_inf < value < big else go_float(value),))
+                        for values, value in rows.items()])
+    return "".join([template % (reorder(values) + (repr(value) if neg_inf < value < big else go_float(value),))
+                    for values, value in rows.items()])
+
+
 def _text(families: Sequence[Metric]) -> str:
     out: list[str] = []
     append = out.append
     for metric in families:
+        if not isinstance(metric, Metric):  # a lean family
+            plan = _series_plan(metric.spec)
+            if plan[0] is None:
+                raise _NotSimple(metric.spec.name)
+            append(plan[0])
+            append(_series_lines(metric, plan))
+            continue
         kind = metric.type
         shown = metric.name + _TEXT_NAME_SUFFIX.get(kind, "")
         _check_name(shown, _PLAIN_METRIC_NAME)
@@ -145,6 +215,13 @@ def _openmetrics(families: Sequence[Metric]) -> str:
     out: list[str] = []
     append = out.append
     for metric in families:
+        if not isinstance(metric, Metric):  # a lean family
+            plan = _series_plan(metric.spec)
+            if plan[1] is None:
+                raise _NotSimple(metric.spec.name)
+            append(plan[1])
+            append(_series_lines(metric, plan))
+            continue
         name = metric.name
         _check_name(name, _PLAIN_METRIC_NAME)
         doc = metric.documentation
@@ -173,7 +250,7 @@ def text(families: Iterable[Metric]) -> bytes:
     try:
         return _text(families).encode("utf-8")
     except _NotSimple:
-        return _library_text(_Replay(families))
+        return _library_text(_Replay(_metrics(families)))
 
 
 def openmetrics(families: Iterable[Metric]) -> bytes:
@@ -182,4 +259,9 @@ def openmetrics(families: Iterable[Metric]) -> bytes:
     try:
         return _openmetrics(families).encode("utf-8")
     except _NotSimple:
-        return _library_openmetrics(_Replay(families))
+        return _library_openmetrics(_Replay(_metrics(families)))
+
+
+def _metrics(families: Sequence) -> list[Metric]:
+    """The families as prometheus_client ones, for the library's encoders."""
+    return [family if isinstance(family, Metric) else family.metric() for family in families]

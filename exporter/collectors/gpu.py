@@ -8,10 +8,6 @@ A GPU that could not be read this poll (``up`` False) exports its info and up=0 
 
 from __future__ import annotations
 
-from typing import Iterable
-
-from prometheus_client.metrics_core import Metric
-
 from exporter.collectors.base import Families, SnapshotCollector, Spec, gpu_labels
 from exporter.snapshot import ACTIVITY_FIELDS, GpuInfo, Snapshot
 
@@ -106,7 +102,7 @@ class GpuCollector(SnapshotCollector):
     name = "gpu"
     section = "gpu"
 
-    def families(self, snapshot: Snapshot) -> Iterable[Metric]:
+    def families(self, snapshot: Snapshot) -> Families:
         out = Families()
         for gpu in snapshot.gpus:
             self._add_gpu(out, snapshot, gpu)

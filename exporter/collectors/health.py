@@ -7,10 +7,6 @@ could not be read this poll keeps only its last XID (often the reason it went do
 
 from __future__ import annotations
 
-from typing import Iterable
-
-from prometheus_client.metrics_core import Metric
-
 from exporter.collectors.base import Families, SnapshotCollector, Spec, gpu_labels
 from exporter.snapshot import DeviceHealth, Snapshot
 
@@ -71,7 +67,7 @@ class HealthCollector(SnapshotCollector):
     name = "health"
     section = "gpu"
 
-    def families(self, snapshot: Snapshot) -> Iterable[Metric]:
+    def families(self, snapshot: Snapshot) -> Families:
         out = Families()
         for gpu in snapshot.gpus:
             ids = gpu_labels(gpu.index, gpu.uuid)

@@ -8,10 +8,6 @@ physical GPU's, so MIG series join GPU series on (gpu, uuid).
 
 from __future__ import annotations
 
-from typing import Iterable
-
-from prometheus_client.metrics_core import Metric
-
 from exporter.collectors.base import Families, SnapshotCollector, Spec, gpu_labels
 from exporter.collectors.gpu import ACTIVITY_HELP
 from exporter.snapshot import ACTIVITY_FIELDS, Snapshot
@@ -45,7 +41,7 @@ class MigCollector(SnapshotCollector):
     name = "mig"
     section = "mig"
 
-    def families(self, snapshot: Snapshot) -> Iterable[Metric]:
+    def families(self, snapshot: Snapshot) -> Families:
         out = Families()
         for gpu in snapshot.gpus:
             if not gpu.up:

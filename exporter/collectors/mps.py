@@ -8,9 +8,6 @@ so a server with no clients is visible.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
-
-from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.base import Families, SnapshotCollector, Spec, gi_label, gpu_labels
 from exporter.collectors.instances import POD, total, with_mode_labels
@@ -54,7 +51,7 @@ class MpsCollector(SnapshotCollector):
         self._limit = with_mode_labels(CLIENT_MEMORY_LIMIT, mode)
         self._threads = with_mode_labels(CLIENT_ACTIVE_THREADS, mode)
 
-    def families(self, snapshot: Snapshot) -> Iterable[Metric]:
+    def families(self, snapshot: Snapshot) -> Families:
         out = Families()
         # A client list that failed this poll gives no count at all (not 0, not a partial count);
         # the section flag is per poll, so every device's count is held back for that poll.

@@ -13,8 +13,6 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable, Iterable
 
-from prometheus_client.metrics_core import Metric
-
 from exporter.collectors.base import Families, SnapshotCollector, Spec, gi_label, gpu_labels
 from exporter.collectors.instances import POD, Fields, group, known_total, share_total, total, with_mode_labels
 from exporter.foresight.workload import workload_label
@@ -98,7 +96,7 @@ class ProcessCollector(SnapshotCollector):
         self.mode = mode
         self._memory, self._sm = with_mode_labels(MEMORY_USED, mode), with_mode_labels(SM_UTILIZATION, mode)
 
-    def families(self, snapshot: Snapshot) -> Iterable[Metric]:
+    def families(self, snapshot: Snapshot) -> Families:
         out = Families()
         for gpu in snapshot.gpus:
             if not gpu.up:
