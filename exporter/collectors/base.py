@@ -129,21 +129,28 @@ class Families:
         """Add one sample; ``None`` values and repeated label sets are ignored."""
         if value is None:
             return
-        values = label_values
-        try:
-            if type(values) is not tuple:
-                raise TypeError
-            "".join(values)  # raises unless every value is already a str: the common case, in C
-        except TypeError:
-            values = tuple([v if type(v) is str else "" if v is None else str(v) for v in label_values])
-        # This runs for every series of every poll (about 1,900 on the 8-GPU mixed node): one
+        values = _label_tuple(label_values)
+        # This runs for most series of every poll (about 1,900 on the 8-GPU mixed node): one
         # dict look-up for the family, one for the label set, and the value kept as a float.
-        entry = self._families.get(spec.name) or self._entry(spec)
-        _, rows, width, info = entry
+        _, rows, width, info = self._families.get(spec.name) or self._entry(spec)
         if len(values) != width:
             raise ValueError(f"{spec.name}: {len(values)} label values for labels {spec.labels}")
         if values not in rows:
             rows[values] = 1.0 if info else float(value)
+
+    def add_all(self, label_values: Iterable[object], pairs: Iterable[tuple[Spec, float | bool | None]]) -> None:
+        """``add(spec, label_values, value)`` for each (spec, value) in order, the label values
+        checked once: a GPU's dozens of series share their (gpu, uuid)."""
+        values = _label_tuple(label_values)
+        families, width = self._families, len(values)
+        for spec, value in pairs:
+            if value is None:
+                continue
+            _, rows, expected, info = families.get(spec.name) or self._entry(spec)
+            if width != expected:
+                raise ValueError(f"{spec.name}: {width} label values for labels {spec.labels}")
+            if values not in rows:
+                rows[values] = 1.0 if info else float(value)
 
     def rows(self, spec: Spec) -> dict[tuple[str, ...], float]:
         """The label values -> value map of ``spec``'s family, for a caller whose label sets are
@@ -158,6 +165,17 @@ class Families:
     def __iter__(self) -> Iterator[Metric]:
         """The non-empty families as prometheus_client families."""
         return (family.metric() for family in self.series())
+
+
+def _label_tuple(label_values: Iterable[object]) -> tuple[str, ...]:
+    """The label values as a tuple of ``str`` (None as "")."""
+    try:
+        if type(label_values) is tuple:
+            "".join(label_values)  # raises unless every value is already a str: the common case, in C
+            return label_values
+    except TypeError:
+        pass
+    return tuple([v if type(v) is str else "" if v is None else str(v) for v in label_values])
 
 
 class SnapshotCollector:

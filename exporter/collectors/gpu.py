@@ -123,18 +123,12 @@ class GpuCollector(SnapshotCollector):
         out.add(UP, ids, 1 if gpu.up else 0)
         if not gpu.up:
             return  # whatever else the backend left in GpuInfo is stale or partial
-        out.add(MEMORY_TOTAL, ids, gpu.memory_total_bytes)
-        out.add(MEMORY_USED, ids, gpu.memory_used_bytes)
-        out.add(MEMORY_FREE, ids, gpu.memory_free_bytes)
-        out.add(MEMORY_RESERVED, ids, gpu.memory_reserved_bytes)
-        out.add(UTILIZATION, ids, gpu.utilization_ratio)
-        out.add(MEMORY_UTILIZATION, ids, gpu.memory_utilization_ratio)
-        for name, value in gpu.activity.items():
-            out.add(ACTIVITY[name], ids, value)
-        out.add(POWER, ids, gpu.power_watts)
-        out.add(POWER_LIMIT, ids, gpu.power_limit_watts)
-        out.add(ENERGY, ids, gpu.energy_joules)
-        out.add(TEMPERATURE, ids, gpu.temperature_celsius)
+        out.add_all(ids, ((MEMORY_TOTAL, gpu.memory_total_bytes), (MEMORY_USED, gpu.memory_used_bytes),
+                          (MEMORY_FREE, gpu.memory_free_bytes), (MEMORY_RESERVED, gpu.memory_reserved_bytes),
+                          (UTILIZATION, gpu.utilization_ratio), (MEMORY_UTILIZATION, gpu.memory_utilization_ratio),
+                          *((ACTIVITY[name], value) for name, value in gpu.activity.items()),
+                          (POWER, gpu.power_watts), (POWER_LIMIT, gpu.power_limit_watts),
+                          (ENERGY, gpu.energy_joules), (TEMPERATURE, gpu.temperature_celsius)))
         for clock, hertz in sorted(gpu.clocks_hertz.items()):
             out.add(CLOCK, ids + (clock,), hertz)
         for reason, active in sorted(gpu.clock_event_reasons.items()):

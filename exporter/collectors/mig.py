@@ -51,12 +51,10 @@ class MigCollector(SnapshotCollector):
                 gi = ids + (str(inst.gi), inst.profile)
                 placement = (str(inst.placement_start), str(inst.placement_size), str(inst.sm_count))
                 out.add(INFO, gi + (str(inst.ci), inst.mig_uuid) + placement, 1)
-                # Families.add keeps the first sample per label set, i.e. one per GI.
-                out.add(MEMORY_TOTAL, gi, inst.memory_total_bytes)
-                out.add(MEMORY_USED, gi, inst.memory_used_bytes)
-                out.add(MEMORY_FREE, gi, inst.memory_free_bytes)
-                for name, value in inst.activity.items():
-                    out.add(ACTIVITY[name], gi, value)
+                # Families keeps the first sample per label set, i.e. one per GI.
+                out.add_all(gi, ((MEMORY_TOTAL, inst.memory_total_bytes), (MEMORY_USED, inst.memory_used_bytes),
+                                 (MEMORY_FREE, inst.memory_free_bytes),
+                                 *((ACTIVITY[name], value) for name, value in inst.activity.items())))
             for profile, count in sorted(gpu.mig_free_capacity.items()):
                 out.add(FREE_CAPACITY, ids + (profile,), count)
         return out
