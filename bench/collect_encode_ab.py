@@ -103,11 +103,13 @@ def main(argv=None) -> int:
 
     backend, poller = build(args.scenario, args.at)
     try:
+        other = load_other(Path(args.old))
+        versions = {"old": (guard_like(other, poller), other["exporter.encode"]), "new": (poller._registry, encode)}
         for t in range(5):
             backend.step_to(args.at + 1 + t)
             poller.poll_once()
-        other = load_other(Path(args.old))
-        versions = {"old": (guard_like(other, poller), other["exporter.encode"]), "new": (poller._registry, encode)}
+            # The pod collector integrates each snapshot it collects: both versions see every poll.
+            collect_of(versions["old"][0])()
         pages = {}
         for label, (guard, enc) in versions.items():
             families = list(collect_of(guard)())
