@@ -71,10 +71,10 @@ class MpsCollector(SnapshotCollector):
                 # A container's clients together may pin the sum of their limits and use the
                 # sum of their SM shares (at most all of them); unknown if any is unlimited.
                 if len(members) == 1:
-                    out.add(self._limit, labels, members[0].mps_memory_limit_bytes)
-                    out.add(self._threads, labels, members[0].mps_active_thread_ratio)
+                    out.add_all(labels, ((self._limit, members[0].mps_memory_limit_bytes),
+                                         (self._threads, members[0].mps_active_thread_ratio)))
                     continue
-                out.add(self._limit, labels, total([p.mps_memory_limit_bytes for p in members]))
                 threads = total([p.mps_active_thread_ratio for p in members])
-                out.add(self._threads, labels, None if threads is None else min(1.0, threads))
+                out.add_all(labels, ((self._limit, total([p.mps_memory_limit_bytes for p in members])),
+                                     (self._threads, None if threads is None else min(1.0, threads))))
         return out

@@ -103,9 +103,9 @@ class ProcessCollector(SnapshotCollector):
                 continue
             for labels, members in process_series(gpu, gpu.processes, self.mode):
                 if len(members) == 1:  # the common case, and every series in pid mode
-                    out.add(self._memory, labels, members[0].used_memory_bytes)
-                    out.add(self._sm, labels, members[0].sm_utilization_ratio)
+                    out.add_all(labels, ((self._memory, members[0].used_memory_bytes),
+                                         (self._sm, members[0].sm_utilization_ratio)))
                     continue
-                out.add(self._memory, labels, total([p.used_memory_bytes for p in members]))
-                out.add(self._sm, labels, share_total([p.sm_utilization_ratio for p in members]))
+                out.add_all(labels, ((self._memory, total([p.used_memory_bytes for p in members])),
+                                     (self._sm, share_total([p.sm_utilization_ratio for p in members]))))
         return out
