@@ -179,10 +179,12 @@ def _write_series(family, plan: tuple, append: Callable[[str], None]) -> None:
     rows = family.rows
     if len(prefixes) > 2 * len(rows) + 256:  # mostly series that went away (processes come and go)
         prefixes.clear()
-    prefix_of, line_of = prefixes.get, _value_lines.get
+    prefix_of, line_of, copysign = prefixes.get, _value_lines.get, math.copysign
     for values, value in rows.items():
         append(prefix_of(values) or _prefix(plan, values))
-        append(line_of(value) or _value_line(value))
+        # 0.0 cannot be remembered (-0.0 is the same key) and is about half the values of a
+        # node (error counters, idle engines): it is written here, without a call.
+        append(line_of(value) or ("0.0\n" if value == 0.0 and copysign(1.0, value) > 0 else _value_line(value)))
 
 
 def _prefix(plan: tuple, values: tuple[str, ...]) -> str:
