@@ -147,7 +147,13 @@ class Families:
     def add_all(self, label_values: Iterable[object], pairs: Iterable[tuple[Spec, float | bool | None]]) -> None:
         """``add(spec, label_values, value)`` for each (spec, value) in order, the label values
         checked once: a GPU's dozens of series share their (gpu, uuid)."""
-        values = _label_tuple(label_values)
+        values = label_values
+        try:  # _label_tuple inline, as in add
+            if type(values) is not tuple:
+                raise TypeError
+            "".join(values)
+        except TypeError:
+            values = _label_tuple(label_values)
         families, width = self._families, len(values)
         for spec, value in pairs:
             if value is None:
@@ -157,6 +163,23 @@ class Families:
                 raise ValueError(f"{spec.name}: {width} label values for labels {spec.labels}")
             if values not in rows:
                 rows[values] = 1.0 if info else float(value)
+
+    def add_each(self, spec: Spec, label_values: Iterable[object],
+                 items: Iterable[tuple[object, float | bool | None]]) -> None:
+        """``add(spec, label_values + (key,), value)`` for each (key, value) in order: the series
+        of a per-GPU map (clocks, clock events, ECC and XID counts, per-link errors)."""
+        values = _label_tuple(label_values)
+        rows = None
+        for key, value in items:
+            if value is None:
+                continue
+            if rows is None:
+                _, rows, width, info = self._families.get(spec.name) or self._entry(spec)
+                if len(values) + 1 != width:
+                    raise ValueError(f"{spec.name}: {len(values) + 1} label values for labels {spec.labels}")
+            labels = values + (key if type(key) is str else "" if key is None else str(key),)
+            if labels not in rows:
+                rows[labels] = 1.0 if info else float(value)
 
     def rows(self, spec: Spec) -> dict[tuple[str, ...], float]:
         """The label values -> value map of ``spec``'s family, for a caller whose label sets are

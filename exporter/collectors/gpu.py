@@ -129,11 +129,8 @@ class GpuCollector(SnapshotCollector):
                           *((ACTIVITY[name], value) for name, value in gpu.activity.items()),
                           (POWER, gpu.power_watts), (POWER_LIMIT, gpu.power_limit_watts),
                           (ENERGY, gpu.energy_joules), (TEMPERATURE, gpu.temperature_celsius)))
-        for clock, hertz in sorted(gpu.clocks_hertz.items()):
-            out.add(CLOCK, ids + (clock,), hertz)
-        for reason, active in sorted(gpu.clock_event_reasons.items()):
-            out.add(CLOCK_EVENT, ids + (reason,), None if active is None else (1 if active else 0))
-        for kind, count in sorted(gpu.ecc_errors.items()):
-            out.add(ECC, ids + (kind,), count)
-        for xid, count in sorted(gpu.xid_errors.items()):
-            out.add(XID, ids + (str(xid),), count)
+        out.add_each(CLOCK, ids, sorted(gpu.clocks_hertz.items()))
+        out.add_each(CLOCK_EVENT, ids, [(reason, None if active is None else (1 if active else 0))
+                                        for reason, active in sorted(gpu.clock_event_reasons.items())])
+        out.add_each(ECC, ids, sorted(gpu.ecc_errors.items()))
+        out.add_each(XID, ids, sorted(gpu.xid_errors.items()))  # int codes, written as str

@@ -89,14 +89,10 @@ class HealthCollector(SnapshotCollector):
                                                   (NVLINK_RX, link.rx_bytes)))
             for kind, count in link.errors.items():
                 errors[kind] = errors.get(kind, 0) + count
-        for kind, count in sorted(errors.items()):  # a type no link reports has no series
-            out.add(NVLINK_ERRORS, ids + (kind,), count)
-        for kind, count in sorted(h.remapped_rows.items()):
-            out.add(REMAPPED_ROWS, ids + (kind,), count)
+        out.add_each(NVLINK_ERRORS, ids, sorted(errors.items()))  # a type no link reports has no series
+        out.add_each(REMAPPED_ROWS, ids, sorted(h.remapped_rows.items()))
         out.add_all(ids, ((REMAP_PENDING, _flag(h.row_remap_pending)), (REMAP_FAILURE, _flag(h.row_remap_failure))))
-        for cause, count in sorted(h.retired_pages.items()):
-            out.add(RETIRED_PAGES, ids + (cause,), count)
+        out.add_each(RETIRED_PAGES, ids, sorted(h.retired_pages.items()))
         out.add(RETIRED_PENDING, ids, _flag(h.retired_pages_pending))
-        for reason, seconds in sorted(h.clock_event_seconds.items()):
-            out.add(CLOCK_EVENT_SECONDS, ids + (reason,), seconds)
+        out.add_each(CLOCK_EVENT_SECONDS, ids, sorted(h.clock_event_seconds.items()))
         out.add(VGPU_LICENSE, ids, h.vgpu_license_status)

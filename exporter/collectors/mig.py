@@ -55,6 +55,5 @@ class MigCollector(SnapshotCollector):
                 out.add_all(gi, ((MEMORY_TOTAL, inst.memory_total_bytes), (MEMORY_USED, inst.memory_used_bytes),
                                  (MEMORY_FREE, inst.memory_free_bytes),
                                  *((ACTIVITY[name], value) for name, value in inst.activity.items())))
-            for profile, count in sorted(gpu.mig_free_capacity.items()):
-                out.add(FREE_CAPACITY, ids + (profile,), count)
+            out.add_each(FREE_CAPACITY, ids, sorted(gpu.mig_free_capacity.items()))
         return out
