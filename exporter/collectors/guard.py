@@ -38,7 +38,8 @@ DURATION = Spec(
 
 
 class Collector(Protocol):
-    """What the guard needs from a collector."""
+    """What the guard needs from a collector; the poller's own also have ``collect_series()``
+    (lean families, see exporter.collectors.base.Family), which the guard prefers."""
 
     name: str
 
