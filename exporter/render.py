@@ -37,7 +37,8 @@ class Exposition:
     rendered from (None when no poll has succeeded yet), for the landing page.
     """
 
-    def __init__(self, families: Iterable[Family | Metric], snapshot: Snapshot | None, created_monotonic: float) -> None:
+    def __init__(self, families: Iterable[Family | Metric], snapshot: Snapshot | None,
+                 created_monotonic: float) -> None:
         self._families = tuple(families)
         self.snapshot = snapshot
         self.created_monotonic = created_monotonic
