@@ -137,8 +137,8 @@ def main(argv=None) -> int:
                 collect_ms, families = _cpu_ms(lambda: list(collect_of(guard)()))
                 openmetrics_ms, page[label] = _cpu_ms(lambda: enc.openmetrics(families))
                 text_ms, _ = _cpu_ms(lambda: enc.text(families))
-                for key, ms in (("collect", collect_ms), ("encode openmetrics", openmetrics_ms), ("encode text", text_ms),
-                                ("collect + encode openmetrics", collect_ms + openmetrics_ms)):
+                for key, ms in (("collect", collect_ms), ("encode openmetrics", openmetrics_ms),
+                                ("encode text", text_ms), ("collect + encode openmetrics", collect_ms + openmetrics_ms)):
                     rows[key][label].append(ms)
             same = same and _DURATIONS.sub(b"", page["old"]) == _DURATIONS.sub(b"", page["new"])
         print(f"same bytes in every poll (OpenMetrics): {same}")
