@@ -20,7 +20,7 @@ from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as _OPE
 
 from exporter import encode, snapshot_json
 from exporter.collectors import GuardedCollectors, PollStats, default_collectors
-from exporter.collectors.base import SnapshotSource
+from exporter.collectors.base import Family, SnapshotSource
 from exporter.collectors.guard import Collector
 from exporter.collectors.instances import POD
 from exporter.prerender import Variant
@@ -37,7 +37,8 @@ class Exposition:
     rendered from (None when no poll has succeeded yet), for the landing page.
     """
 
-    def __init__(self, families: Iterable[Metric], snapshot: Snapshot | None, created_monotonic: float) -> None:
+    def __init__(self, families: Iterable[Family | Metric], snapshot: Snapshot | None,
+                 created_monotonic: float) -> None:
         self._families = tuple(families)
         self.snapshot = snapshot
         self.created_monotonic = created_monotonic
@@ -106,19 +107,23 @@ class Exposition:
 def build_registry(
     snapshot: SnapshotSource, stats: Callable[[], PollStats], extra: Sequence[Collector] = (),
     process_series: str = POD,
-) -> CollectorRegistry:
-    """A private registry holding every collector behind the failure guard.
+) -> GuardedCollectors:
+    """Every collector behind the failure guard.
 
     ``extra`` collectors (e.g. forecasts) go after the snapshot collectors and before the
-    exporter's own; each needs ``name``, ``collect()`` and ``section_ok()``.
+    exporter's own; each needs ``name``, ``collect()`` and ``section_ok()``, and may have
+    ``collect_series()``. What comes back stands in for a prometheus_client registry:
+    ``collect()`` and ``get_sample_value()`` work on it as on a CollectorRegistry, and it can
+    be registered in one.
     """
     collectors = default_collectors(snapshot, stats, process_series)
     collectors[-1:-1] = list(extra)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(GuardedCollectors(collectors))
-    return registry
+    return GuardedCollectors(collectors)
 
 
-def render(registry: CollectorRegistry, snapshot: Snapshot | None, created_monotonic: float) -> Exposition:
-    """Collect the registry once and freeze the result."""
-    return Exposition(registry.collect(), snapshot, created_monotonic)
+def render(registry: "GuardedCollectors | CollectorRegistry", snapshot: Snapshot | None,
+           created_monotonic: float) -> Exposition:
+    """Collect once and freeze the result: lean families where the collectors give them
+    (exporter.collectors.base.Family), which the encoder writes without prometheus_client objects."""
+    lean = getattr(registry, "collect_series", None)
+    return Exposition(lean() if lean is not None else registry.collect(), snapshot, created_monotonic)

@@ -1,4 +1,5 @@
-"""Collectors: objects whose collect() turns the current Snapshot into metric families.
+"""Collectors: objects whose collect_series() turns the current Snapshot into lean metric
+families (exporter.collectors.base.Family) and collect() into prometheus_client ones.
 
 One collector per file. They read a Snapshot only and never call the driver.
 """

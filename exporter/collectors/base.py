@@ -1,9 +1,15 @@
 """Shared pieces of the snapshot collectors: metric specs and a family builder.
 
-Every collector reads one :class:`~exporter.snapshot.Snapshot` and turns it into
-prometheus_client metric families. The builder here enforces the rules that all of
-them share: ``None`` is skipped (never exported as 0), a label set is exported at
-most once per family (first value wins), and families without samples are dropped.
+Every collector reads one :class:`~exporter.snapshot.Snapshot` and writes its series into a
+:class:`Families`. The builder enforces the rules that all of them share: ``None`` is skipped
+(never exported as 0), a label set is exported at most once per family (first value wins),
+and families without samples are dropped.
+
+A poll's series stay in a lean form, a :class:`Family` per spec holding ``{label values:
+value}``, which exporter.encode writes straight out: building the ~1,900 prometheus_client
+``Sample`` objects (each with a label dict) a poll of an 8-GPU node makes was most of its
+collect time (docs/performance.md, "Collect path redesign"). ``collect()`` still gives
+prometheus_client families for anything that wants them (a registry, the tests).
 """
 
 from __future__ import annotations
@@ -43,14 +49,22 @@ class Spec:
     def new_family(self) -> Metric:
         """An empty prometheus_client family for this spec."""
         # A copy of one checked prototype per spec: the family constructors validate the name
-        # and unit again every time, and every poll makes each family anew.
-        prototype = _PROTOTYPES.get(self)
-        if prototype is None:
-            prototype = _PROTOTYPES[self] = self._build_family()
+        # and unit again every time.
+        prototype = self.prototype()
         family = object.__new__(type(prototype))
         family.__dict__.update(prototype.__dict__)
         family.samples = []
         return family
+
+    def prototype(self) -> Metric:
+        """The prometheus_client family of this spec with no samples; shared, do not modify.
+
+        Its ``name``, ``type``, ``documentation`` and ``unit`` are what the headers of a scrape
+        show (a counter's name without ``_total``, an info's without ``_info``)."""
+        prototype = _PROTOTYPES.get(self)
+        if prototype is None:
+            prototype = _PROTOTYPES[self] = self._build_family()
+        return prototype
 
     def _build_family(self) -> Metric:
         if self.kind == "gauge":
@@ -63,50 +77,134 @@ class Spec:
         raise ValueError(f"unknown metric kind {self.kind!r}")
 
 
-# Spec -> its family with no samples (see Spec.new_family); bounded: specs are made by the code.
+# Spec -> its family with no samples (see Spec.prototype); bounded: specs are made by the code.
 _PROTOTYPES: dict[Spec, Metric] = {}
 
 
+class Family:
+    """One spec's series of a poll: ``rows`` maps label values (``str``s in ``spec.labels``
+    order) to a float, in first-added order. Every sample is named ``spec.name``."""
+
+    __slots__ = ("spec", "rows")
+
+    def __init__(self, spec: Spec, rows: dict[tuple[str, ...], float]) -> None:
+        self.spec = spec
+        self.rows = rows
+
+    def metric(self) -> Metric:
+        """The same family as a prometheus_client one (for registries, tests, the library encoder)."""
+        spec = self.spec
+        family = spec.new_family()
+        name, labels = spec.name, spec.labels
+        family.samples = [_new_tuple(Sample, (name, dict(zip(labels, values)), value, None, None, None))
+                          for values, value in self.rows.items()]
+        return family
+
+    def value(self, labels: dict[str, str] | None = None) -> float | None:
+        """The value of the series with these labels (all of them), None when absent."""
+        labels = labels or {}
+        if set(labels) != set(self.spec.labels):
+            return None
+        return self.rows.get(tuple(labels[name] for name in self.spec.labels))
+
+    def __repr__(self) -> str:
+        return f"Family({self.spec.name!r}, {len(self.rows)} series)"
+
+
 class Families:
-    """Collects samples per spec, in first-use order."""
+    """Collects series per spec, in first-use order."""
 
     def __init__(self) -> None:
-        # name -> (family, label sets seen, the family's sample list, label names, info?)
-        self._families: dict[str, tuple[Metric, set, list, tuple[str, ...], bool]] = {}
+        # name -> (family, its rows, number of labels, info?)
+        self._families: dict[str, tuple[Family, dict, int, bool]] = {}
+
+    def _entry(self, spec: Spec) -> tuple[Family, dict, int, bool]:
+        entry = self._families.get(spec.name)
+        if entry is None:
+            family = Family(spec, {})
+            entry = self._families[spec.name] = (family, family.rows, len(spec.labels), spec.kind == "info")
+        return entry
 
     def add(self, spec: Spec, label_values: Iterable[object], value: float | bool | None) -> None:
         """Add one sample; ``None`` values and repeated label sets are ignored."""
         if value is None:
             return
         values = label_values
-        try:
+        try:  # _label_tuple inline: a call less per series
             if type(values) is not tuple:
                 raise TypeError
             "".join(values)  # raises unless every value is already a str: the common case, in C
         except TypeError:
-            values = tuple([v if type(v) is str else "" if v is None else str(v) for v in label_values])
-        name = spec.name
-        entry = self._families.get(name)
-        if entry is None:
-            family = spec.new_family()
-            # The spec's fields, read once per family instead of once per sample: this runs
-            # for every series of every poll (about 1,900 on the 8-GPU mixed node).
-            entry = (family, set(), family.samples, spec.labels, spec.kind == "info")
-            self._families[name] = entry
-        _, seen, samples, labels, info = entry
-        if len(values) != len(labels):
-            raise ValueError(f"{name}: {len(values)} label values for labels {labels}")
-        if values in seen:
-            return
-        seen.add(values)
-        # The sample exactly as the family's add_metric() would make it (spec.name is the exposed
-        # name: counters already end in _total, info in _info), built directly, and through
-        # tuple.__new__ rather than the namedtuple's Python-level __new__.
-        samples.append(_new_tuple(Sample, (name, dict(zip(labels, values)), 1.0 if info else float(value),
-                                           None, None, None)))
+            values = _label_tuple(label_values)
+        # This runs for most series of every poll (about 1,900 on the 8-GPU mixed node): one
+        # dict look-up for the family, one for the label set, and the value kept as a float.
+        _, rows, width, info = self._families.get(spec.name) or self._entry(spec)
+        if len(values) != width:
+            raise ValueError(f"{spec.name}: {len(values)} label values for labels {spec.labels}")
+        if values not in rows:
+            rows[values] = 1.0 if info else float(value)
+
+    def add_all(self, label_values: Iterable[object], pairs: Iterable[tuple[Spec, float | bool | None]]) -> None:
+        """``add(spec, label_values, value)`` for each (spec, value) in order, the label values
+        checked once: a GPU's dozens of series share their (gpu, uuid)."""
+        values = label_values
+        try:  # _label_tuple inline, as in add
+            if type(values) is not tuple:
+                raise TypeError
+            "".join(values)
+        except TypeError:
+            values = _label_tuple(label_values)
+        families, width = self._families, len(values)
+        for spec, value in pairs:
+            if value is None:
+                continue
+            _, rows, expected, info = families.get(spec.name) or self._entry(spec)
+            if width != expected:
+                raise ValueError(f"{spec.name}: {width} label values for labels {spec.labels}")
+            if values not in rows:
+                rows[values] = 1.0 if info else float(value)
+
+    def add_each(self, spec: Spec, label_values: Iterable[object],
+                 items: Iterable[tuple[object, float | bool | None]]) -> None:
+        """``add(spec, label_values + (key,), value)`` for each (key, value) in order: the series
+        of a per-GPU map (clocks, clock events, ECC and XID counts, per-link errors)."""
+        values = _label_tuple(label_values)
+        rows = None
+        for key, value in items:
+            if value is None:
+                continue
+            if rows is None:
+                _, rows, width, info = self._families.get(spec.name) or self._entry(spec)
+                if len(values) + 1 != width:
+                    raise ValueError(f"{spec.name}: {len(values) + 1} label values for labels {spec.labels}")
+            labels = values + (key if type(key) is str else "" if key is None else str(key),)
+            if labels not in rows:
+                rows[labels] = 1.0 if info else float(value)
+
+    def rows(self, spec: Spec) -> dict[tuple[str, ...], float]:
+        """The label values -> value map of ``spec``'s family, for a caller whose label sets are
+        unique by construction and whose values are floats, all ``str`` label values, in
+        ``spec.labels`` order (nothing is checked)."""
+        return self._entry(spec)[1]
+
+    def series(self) -> list[Family]:
+        """The families with at least one series, in first-use order (what exporter.encode writes)."""
+        return [entry[0] for entry in self._families.values() if entry[1]]
 
     def __iter__(self) -> Iterator[Metric]:
-        return (entry[0] for entry in self._families.values() if entry[2])
+        """The non-empty families as prometheus_client families."""
+        return (family.metric() for family in self.series())
+
+
+def _label_tuple(label_values: Iterable[object]) -> tuple[str, ...]:
+    """The label values as a tuple of ``str`` (None as "")."""
+    try:
+        if type(label_values) is tuple:
+            "".join(label_values)  # raises unless every value is already a str: the common case, in C
+            return label_values
+    except TypeError:
+        pass
+    return tuple([v if type(v) is str else "" if v is None else str(v) for v in label_values])
 
 
 class SnapshotCollector:
@@ -123,12 +221,16 @@ class SnapshotCollector:
     def __init__(self, source: SnapshotSource) -> None:
         self._source = source
 
-    def collect(self) -> list[Metric]:
-        """prometheus_client entry point: families for the current snapshot."""
+    def collect_series(self) -> list[Family]:
+        """The current snapshot's families, lean (what the poller renders)."""
         snapshot = self._source()
         if snapshot is None:
             return []
-        return list(self.families(snapshot))
+        return self.families(snapshot).series()
+
+    def collect(self) -> list[Metric]:
+        """prometheus_client entry point: families for the current snapshot."""
+        return [family.metric() for family in self.collect_series()]
 
     def section_ok(self) -> bool:
         """False when there is no snapshot or the backend marked our section failed."""
@@ -139,8 +241,26 @@ class SnapshotCollector:
             return True
         return bool(snapshot.section_ok.get(self.section, True))
 
-    def families(self, snapshot: Snapshot) -> Iterable[Metric]:  # pragma: no cover - abstract
+    def families(self, snapshot: Snapshot) -> Families:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def sample_value(families: Iterable["Family | Metric"], name: str,
+                 labels: dict[str, str] | None = None) -> float | None:
+    """The value of sample ``name`` with exactly ``labels`` among ``families`` (lean or
+    prometheus_client), None when absent: what ``CollectorRegistry.get_sample_value`` says."""
+    labels = labels or {}
+    for family in families:
+        if isinstance(family, Family):
+            if family.spec.name == name:
+                value = family.value(labels)
+                if value is not None:
+                    return value
+            continue
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return None
 
 
 def gpu_labels(index: int, uuid: str) -> tuple[str, str]:

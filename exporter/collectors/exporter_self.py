@@ -7,11 +7,11 @@ which is the only place that sees every collector run.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable
 
 from prometheus_client.metrics_core import Metric
 
-from exporter.collectors.base import Families, SnapshotSource, Spec
+from exporter.collectors.base import Families, Family, SnapshotSource, Spec
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,8 @@ class ExporterCollector:
         self._stats = stats
         self._snapshot = snapshot
 
-    def collect(self) -> Iterable[Metric]:
-        """prometheus_client entry point."""
+    def collect_series(self) -> list[Family]:
+        """The lean families (what the poller renders)."""
         stats = self._stats()
         out = Families()
         out.add(BUILD_INFO, (stats.version, stats.backend), 1)
@@ -85,7 +85,11 @@ class ExporterCollector:
                 out.add(SOURCE_AVAILABLE, (source,), 1 if status.available else 0)
             for (call, error), count in sorted(snapshot.call_errors.items()):
                 out.add(CALL_ERRORS, (call, error), count)
-        return list(out)
+        return out.series()
+
+    def collect(self) -> list[Metric]:
+        """prometheus_client entry point."""
+        return [family.metric() for family in self.collect_series()]
 
     def section_ok(self) -> bool:
         """The exporter's own counters have no backend section that could fail."""

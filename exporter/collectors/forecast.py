@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from prometheus_client.metrics_core import Metric
 
-from exporter.collectors.base import Families, Spec, gi_label, gpu_labels
+from exporter.collectors.base import Families, Family, Spec, gi_label, gpu_labels
 from exporter.collectors.instances import POD, group, known_total, with_mode_labels
 from exporter.collectors.process import PROCESS
 from exporter.foresight.forecast import BASES
@@ -124,7 +124,11 @@ class ForecastCollector:
         return self.foresight.healthy
 
     def collect(self) -> list[Metric]:
-        """Families for the latest forecast."""
+        """prometheus_client entry point: families for the latest forecast."""
+        return [family.metric() for family in self.collect_series()]
+
+    def collect_series(self) -> list[Family]:
+        """The latest forecast's families, lean (what the poller renders)."""
         result = self.foresight.result()
         out = Families()
         by_gpu: dict[tuple[int, str], list] = {}
@@ -159,7 +163,7 @@ class ForecastCollector:
             out.add(MARGIN, (label,), margin)
         out.add(PROFILES_STORED, (), result.profiles_stored)
         out.add(STORE_OK, (), None if result.store_ok is None else int(result.store_ok))
-        return list(out)
+        return out.series()
 
 
 def weakest_basis(bases) -> str:

@@ -8,10 +8,6 @@ A GPU that could not be read this poll (``up`` False) exports its info and up=0 
 
 from __future__ import annotations
 
-from typing import Iterable
-
-from prometheus_client.metrics_core import Metric
-
 from exporter.collectors.base import Families, SnapshotCollector, Spec, gpu_labels
 from exporter.snapshot import ACTIVITY_FIELDS, GpuInfo, Snapshot
 
@@ -106,7 +102,7 @@ class GpuCollector(SnapshotCollector):
     name = "gpu"
     section = "gpu"
 
-    def families(self, snapshot: Snapshot) -> Iterable[Metric]:
+    def families(self, snapshot: Snapshot) -> Families:
         out = Families()
         for gpu in snapshot.gpus:
             self._add_gpu(out, snapshot, gpu)
@@ -127,23 +123,14 @@ class GpuCollector(SnapshotCollector):
         out.add(UP, ids, 1 if gpu.up else 0)
         if not gpu.up:
             return  # whatever else the backend left in GpuInfo is stale or partial
-        out.add(MEMORY_TOTAL, ids, gpu.memory_total_bytes)
-        out.add(MEMORY_USED, ids, gpu.memory_used_bytes)
-        out.add(MEMORY_FREE, ids, gpu.memory_free_bytes)
-        out.add(MEMORY_RESERVED, ids, gpu.memory_reserved_bytes)
-        out.add(UTILIZATION, ids, gpu.utilization_ratio)
-        out.add(MEMORY_UTILIZATION, ids, gpu.memory_utilization_ratio)
-        for name, value in gpu.activity.items():
-            out.add(ACTIVITY[name], ids, value)
-        out.add(POWER, ids, gpu.power_watts)
-        out.add(POWER_LIMIT, ids, gpu.power_limit_watts)
-        out.add(ENERGY, ids, gpu.energy_joules)
-        out.add(TEMPERATURE, ids, gpu.temperature_celsius)
-        for clock, hertz in sorted(gpu.clocks_hertz.items()):
-            out.add(CLOCK, ids + (clock,), hertz)
-        for reason, active in sorted(gpu.clock_event_reasons.items()):
-            out.add(CLOCK_EVENT, ids + (reason,), None if active is None else (1 if active else 0))
-        for kind, count in sorted(gpu.ecc_errors.items()):
-            out.add(ECC, ids + (kind,), count)
-        for xid, count in sorted(gpu.xid_errors.items()):
-            out.add(XID, ids + (str(xid),), count)
+        out.add_all(ids, ((MEMORY_TOTAL, gpu.memory_total_bytes), (MEMORY_USED, gpu.memory_used_bytes),
+                          (MEMORY_FREE, gpu.memory_free_bytes), (MEMORY_RESERVED, gpu.memory_reserved_bytes),
+                          (UTILIZATION, gpu.utilization_ratio), (MEMORY_UTILIZATION, gpu.memory_utilization_ratio),
+                          *((ACTIVITY[name], value) for name, value in gpu.activity.items()),
+                          (POWER, gpu.power_watts), (POWER_LIMIT, gpu.power_limit_watts),
+                          (ENERGY, gpu.energy_joules), (TEMPERATURE, gpu.temperature_celsius)))
+        out.add_each(CLOCK, ids, sorted(gpu.clocks_hertz.items()))
+        out.add_each(CLOCK_EVENT, ids, [(reason, None if active is None else (1 if active else 0))
+                                        for reason, active in sorted(gpu.clock_event_reasons.items())])
+        out.add_each(ECC, ids, sorted(gpu.ecc_errors.items()))
+        out.add_each(XID, ids, sorted(gpu.xid_errors.items()))  # int codes, written as str

@@ -7,10 +7,6 @@ could not be read this poll keeps only its last XID (often the reason it went do
 
 from __future__ import annotations
 
-from typing import Iterable
-
-from prometheus_client.metrics_core import Metric
-
 from exporter.collectors.base import Families, SnapshotCollector, Spec, gpu_labels
 from exporter.snapshot import DeviceHealth, Snapshot
 
@@ -71,7 +67,7 @@ class HealthCollector(SnapshotCollector):
     name = "health"
     section = "gpu"
 
-    def families(self, snapshot: Snapshot) -> Iterable[Metric]:
+    def families(self, snapshot: Snapshot) -> Families:
         out = Families()
         for gpu in snapshot.gpus:
             ids = gpu_labels(gpu.index, gpu.uuid)
@@ -83,30 +79,20 @@ class HealthCollector(SnapshotCollector):
 
     @staticmethod
     def _add(out: Families, ids: tuple[str, str], h: DeviceHealth) -> None:
-        out.add(MEMORY_TEMPERATURE, ids, h.memory_temperature_celsius)
-        out.add(PCIE_REPLAYS, ids, h.pcie_replay_errors)
-        out.add(PCIE_TX, ids, h.pcie_tx_bytes)
-        out.add(PCIE_RX, ids, h.pcie_rx_bytes)
-        out.add(ENCODER, ids, h.encoder_utilization_ratio)
-        out.add(DECODER, ids, h.decoder_utilization_ratio)
-        out.add(ENCODER_SESSIONS, ids, h.encoder_sessions)
+        out.add_all(ids, ((MEMORY_TEMPERATURE, h.memory_temperature_celsius), (PCIE_REPLAYS, h.pcie_replay_errors),
+                          (PCIE_TX, h.pcie_tx_bytes), (PCIE_RX, h.pcie_rx_bytes),
+                          (ENCODER, h.encoder_utilization_ratio), (DECODER, h.decoder_utilization_ratio),
+                          (ENCODER_SESSIONS, h.encoder_sessions)))
         errors: dict[str, int] = {}
         for link in h.nvlinks:
-            labels = ids + (str(link.link),)
-            out.add(NVLINK_UP, labels, _flag(link.active))
-            out.add(NVLINK_TX, labels, link.tx_bytes)
-            out.add(NVLINK_RX, labels, link.rx_bytes)
+            out.add_all(ids + (str(link.link),), ((NVLINK_UP, _flag(link.active)), (NVLINK_TX, link.tx_bytes),
+                                                  (NVLINK_RX, link.rx_bytes)))
             for kind, count in link.errors.items():
                 errors[kind] = errors.get(kind, 0) + count
-        for kind, count in sorted(errors.items()):  # a type no link reports has no series
-            out.add(NVLINK_ERRORS, ids + (kind,), count)
-        for kind, count in sorted(h.remapped_rows.items()):
-            out.add(REMAPPED_ROWS, ids + (kind,), count)
-        out.add(REMAP_PENDING, ids, _flag(h.row_remap_pending))
-        out.add(REMAP_FAILURE, ids, _flag(h.row_remap_failure))
-        for cause, count in sorted(h.retired_pages.items()):
-            out.add(RETIRED_PAGES, ids + (cause,), count)
+        out.add_each(NVLINK_ERRORS, ids, sorted(errors.items()))  # a type no link reports has no series
+        out.add_each(REMAPPED_ROWS, ids, sorted(h.remapped_rows.items()))
+        out.add_all(ids, ((REMAP_PENDING, _flag(h.row_remap_pending)), (REMAP_FAILURE, _flag(h.row_remap_failure))))
+        out.add_each(RETIRED_PAGES, ids, sorted(h.retired_pages.items()))
         out.add(RETIRED_PENDING, ids, _flag(h.retired_pages_pending))
-        for reason, seconds in sorted(h.clock_event_seconds.items()):
-            out.add(CLOCK_EVENT_SECONDS, ids + (reason,), seconds)
+        out.add_each(CLOCK_EVENT_SECONDS, ids, sorted(h.clock_event_seconds.items()))
         out.add(VGPU_LICENSE, ids, h.vgpu_license_status)

@@ -6,11 +6,9 @@ thread once per poll, so a scrape shows them as of the latest poll.
 
 from __future__ import annotations
 
-from typing import Iterable
-
 from prometheus_client.metrics_core import Metric
 
-from exporter.collectors.base import Families, Spec
+from exporter.collectors.base import Families, Family, Spec
 from exporter.web.guard import REJECT_REASONS, HttpStats
 
 RESPONSES = Spec("gpushare_exporter_http_responses_total", "counter",
@@ -37,7 +35,7 @@ class HttpCollector:
     def section_ok(self) -> bool:
         return True
 
-    def collect(self) -> Iterable[Metric]:
+    def collect_series(self) -> list[Family]:
         stats = self.stats
         out = Families()
         for code, count in sorted(_copy(stats.responses).items()):
@@ -48,7 +46,11 @@ class HttpCollector:
         out.add(CONNECTIONS, (), stats.open_connections)
         out.add(RELOAD_OK, (), None if stats.reload_ok is None else int(stats.reload_ok))
         out.add(RELOAD_TIME, (), stats.reload_timestamp)
-        return list(out)
+        return out.series()
+
+    def collect(self) -> list[Metric]:
+        """prometheus_client entry point."""
+        return [family.metric() for family in self.collect_series()]
 
 
 def _copy(counter) -> dict:

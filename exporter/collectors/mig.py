@@ -8,10 +8,6 @@ physical GPU's, so MIG series join GPU series on (gpu, uuid).
 
 from __future__ import annotations
 
-from typing import Iterable
-
-from prometheus_client.metrics_core import Metric
-
 from exporter.collectors.base import Families, SnapshotCollector, Spec, gpu_labels
 from exporter.collectors.gpu import ACTIVITY_HELP
 from exporter.snapshot import ACTIVITY_FIELDS, Snapshot
@@ -45,7 +41,7 @@ class MigCollector(SnapshotCollector):
     name = "mig"
     section = "mig"
 
-    def families(self, snapshot: Snapshot) -> Iterable[Metric]:
+    def families(self, snapshot: Snapshot) -> Families:
         out = Families()
         for gpu in snapshot.gpus:
             if not gpu.up:
@@ -55,12 +51,9 @@ class MigCollector(SnapshotCollector):
                 gi = ids + (str(inst.gi), inst.profile)
                 placement = (str(inst.placement_start), str(inst.placement_size), str(inst.sm_count))
                 out.add(INFO, gi + (str(inst.ci), inst.mig_uuid) + placement, 1)
-                # Families.add keeps the first sample per label set, i.e. one per GI.
-                out.add(MEMORY_TOTAL, gi, inst.memory_total_bytes)
-                out.add(MEMORY_USED, gi, inst.memory_used_bytes)
-                out.add(MEMORY_FREE, gi, inst.memory_free_bytes)
-                for name, value in inst.activity.items():
-                    out.add(ACTIVITY[name], gi, value)
-            for profile, count in sorted(gpu.mig_free_capacity.items()):
-                out.add(FREE_CAPACITY, ids + (profile,), count)
+                # Families keeps the first sample per label set, i.e. one per GI.
+                out.add_all(gi, ((MEMORY_TOTAL, inst.memory_total_bytes), (MEMORY_USED, inst.memory_used_bytes),
+                                 (MEMORY_FREE, inst.memory_free_bytes),
+                                 *((ACTIVITY[name], value) for name, value in inst.activity.items())))
+            out.add_each(FREE_CAPACITY, ids, sorted(gpu.mig_free_capacity.items()))
         return out

@@ -8,9 +8,6 @@ so a server with no clients is visible.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
-
-from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.base import Families, SnapshotCollector, Spec, gi_label, gpu_labels
 from exporter.collectors.instances import POD, total, with_mode_labels
@@ -54,7 +51,7 @@ class MpsCollector(SnapshotCollector):
         self._limit = with_mode_labels(CLIENT_MEMORY_LIMIT, mode)
         self._threads = with_mode_labels(CLIENT_ACTIVE_THREADS, mode)
 
-    def families(self, snapshot: Snapshot) -> Iterable[Metric]:
+    def families(self, snapshot: Snapshot) -> Families:
         out = Families()
         # A client list that failed this poll gives no count at all (not 0, not a partial count);
         # the section flag is per poll, so every device's count is held back for that poll.
@@ -74,10 +71,10 @@ class MpsCollector(SnapshotCollector):
                 # A container's clients together may pin the sum of their limits and use the
                 # sum of their SM shares (at most all of them); unknown if any is unlimited.
                 if len(members) == 1:
-                    out.add(self._limit, labels, members[0].mps_memory_limit_bytes)
-                    out.add(self._threads, labels, members[0].mps_active_thread_ratio)
+                    out.add_all(labels, ((self._limit, members[0].mps_memory_limit_bytes),
+                                         (self._threads, members[0].mps_active_thread_ratio)))
                     continue
-                out.add(self._limit, labels, total([p.mps_memory_limit_bytes for p in members]))
                 threads = total([p.mps_active_thread_ratio for p in members])
-                out.add(self._threads, labels, None if threads is None else min(1.0, threads))
+                out.add_all(labels, ((self._limit, total([p.mps_memory_limit_bytes for p in members])),
+                                     (self._threads, None if threads is None else min(1.0, threads))))
         return out

@@ -11,11 +11,6 @@ once per poll); collecting the same snapshot again exports the same values.
 
 from __future__ import annotations
 
-from typing import Iterable
-
-from prometheus_client.metrics_core import Metric
-from prometheus_client.samples import Sample
-
 from exporter.accounting import Accounting
 from exporter.collectors.base import Families, SnapshotCollector, Spec, gi_label, gpu_labels
 from exporter.snapshot import Snapshot
@@ -60,9 +55,9 @@ class PodCollector(SnapshotCollector):
     def __init__(self, source, accounting: Accounting | None = None) -> None:
         super().__init__(source)
         self.accounting = accounting or Accounting()
-        self._labels: dict[tuple, dict[str, str]] = {}  # row key -> its label dict, shared by its samples
+        self._labels: dict[tuple, tuple[str, ...]] = {}  # row key -> its label values, kept across polls
 
-    def families(self, snapshot: Snapshot) -> Iterable[Metric]:
+    def families(self, snapshot: Snapshot) -> Families:
         accounting = self.accounting
         accounting.observe(snapshot)
         out = Families()
@@ -73,12 +68,11 @@ class PodCollector(SnapshotCollector):
         shown = accounting.pod_gpus
         if not shown:
             return out
-        # Hundreds of rows per poll on a busy node, each unique by construction: samples are
-        # appended directly (Families.add checks for repeats, which cannot happen here).
-        families = {spec.name: spec.new_family() for spec in (MEMORY_USED, SM_SHARE, MEMORY_BYTE_SECONDS,
-                                                              SM_SECONDS, ENERGY, NS_MEMORY_BYTE_SECONDS,
-                                                              NS_SM_SECONDS, NS_ENERGY)}
-        memory, share = families[MEMORY_USED.name].samples, families[SM_SHARE.name].samples
+        # Hundreds of rows per poll on a busy node, each unique by construction: written into
+        # the families' rows directly (Families.add checks for repeats, which cannot happen here).
+        memory, share, byte_seconds, sm_seconds, joules, ns_byte_seconds, ns_sm_seconds, ns_joules = (
+            out.rows(spec) for spec in (MEMORY_USED, SM_SHARE, MEMORY_BYTE_SECONDS, SM_SECONDS, ENERGY,
+                                        NS_MEMORY_BYTE_SECONDS, NS_SM_SECONDS, NS_ENERGY))
         labels_of = self._labels
         for row in accounting.shares:
             if row.uuid in shown:
@@ -86,33 +80,31 @@ class PodCollector(SnapshotCollector):
                 if labels is None:
                     labels = labels_of[row.key] = _row_labels(row.key)
                 if row.memory_bytes is not None:
-                    memory.append(Sample(MEMORY_USED.name, labels, row.memory_bytes, None, None, None))
+                    memory[labels] = float(row.memory_bytes)
                 if row.sm_share is not None:
-                    share.append(Sample(SM_SHARE.name, labels, row.sm_share, None, None, None))
-        byte_seconds, sm_seconds, joules = (families[s.name].samples for s in (MEMORY_BYTE_SECONDS, SM_SECONDS, ENERGY))
+                    share[labels] = float(row.sm_share)
         # Rows in the order accounting first saw them: deterministic for a given history.
         for key, totals in accounting.rows.items():
             if key[1] in shown:
                 labels = labels_of.get(key)
                 if labels is None:
                     labels = labels_of[key] = _row_labels(key)
-                for samples, spec, value in ((byte_seconds, MEMORY_BYTE_SECONDS, totals.memory_byte_seconds),
-                                             (sm_seconds, SM_SECONDS, totals.sm_seconds),
-                                             (joules, ENERGY, totals.energy_joules)):
+                for rows, value in ((byte_seconds, totals.memory_byte_seconds), (sm_seconds, totals.sm_seconds),
+                                    (joules, totals.energy_joules)):
                     if value is not None:  # never known yet: absent, not 0
-                        samples.append(Sample(spec.name, labels, value, None, None, None))
+                        rows[labels] = float(value)
         if len(labels_of) > 2 * len(accounting.rows) + 64:  # rows expired: forget their labels
             self._labels = {k: v for k, v in labels_of.items() if k in accounting.rows}
         for (index, uuid, namespace), totals in accounting.namespaces.items():
             if uuid in shown:
-                labels = {"gpu": str(index), "uuid": uuid, "namespace": namespace}
-                for spec, value in ((NS_MEMORY_BYTE_SECONDS, totals.memory_byte_seconds),
-                                    (NS_SM_SECONDS, totals.sm_seconds), (NS_ENERGY, totals.energy_joules)):
+                labels = (str(index), uuid, namespace)
+                for rows, value in ((ns_byte_seconds, totals.memory_byte_seconds),
+                                    (ns_sm_seconds, totals.sm_seconds), (ns_joules, totals.energy_joules)):
                     if value is not None:
-                        families[spec.name].samples.append(Sample(spec.name, labels, value, None, None, None))
-        return list(out) + [f for f in families.values() if f.samples]
+                        rows[labels] = float(value)
+        return out
 
 
-def _row_labels(key) -> dict[str, str]:
+def _row_labels(key) -> tuple[str, str, str, str, str]:
     index, uuid, gi, namespace, pod = key
-    return {"gpu": str(index), "uuid": uuid, "gi": gi_label(gi), "namespace": namespace, "pod": pod}
+    return (str(index), uuid, gi_label(gi), namespace, pod)

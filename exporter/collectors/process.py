@@ -13,8 +13,6 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable, Iterable
 
-from prometheus_client.metrics_core import Metric
-
 from exporter.collectors.base import Families, SnapshotCollector, Spec, gi_label, gpu_labels
 from exporter.collectors.instances import POD, Fields, group, known_total, share_total, total, with_mode_labels
 from exporter.foresight.workload import workload_label
@@ -98,16 +96,16 @@ class ProcessCollector(SnapshotCollector):
         self.mode = mode
         self._memory, self._sm = with_mode_labels(MEMORY_USED, mode), with_mode_labels(SM_UTILIZATION, mode)
 
-    def families(self, snapshot: Snapshot) -> Iterable[Metric]:
+    def families(self, snapshot: Snapshot) -> Families:
         out = Families()
         for gpu in snapshot.gpus:
             if not gpu.up:
                 continue
             for labels, members in process_series(gpu, gpu.processes, self.mode):
                 if len(members) == 1:  # the common case, and every series in pid mode
-                    out.add(self._memory, labels, members[0].used_memory_bytes)
-                    out.add(self._sm, labels, members[0].sm_utilization_ratio)
+                    out.add_all(labels, ((self._memory, members[0].used_memory_bytes),
+                                         (self._sm, members[0].sm_utilization_ratio)))
                     continue
-                out.add(self._memory, labels, total([p.used_memory_bytes for p in members]))
-                out.add(self._sm, labels, share_total([p.sm_utilization_ratio for p in members]))
+                out.add_all(labels, ((self._memory, total([p.used_memory_bytes for p in members])),
+                                     (self._sm, share_total([p.sm_utilization_ratio for p in members]))))
         return out

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from prometheus_client.metrics_core import Metric
-
 from exporter.collectors.base import Families, SnapshotCollector, Spec
 from exporter.snapshot import Snapshot
 
@@ -28,7 +26,7 @@ class SimulationCollector(SnapshotCollector):
 
     name = "simulation"
 
-    def families(self, snapshot: Snapshot) -> Iterable[Metric]:
+    def families(self, snapshot: Snapshot) -> Families:
         out = Families()
         sim = snapshot.simulation
         if sim is None:
