@@ -33,6 +33,7 @@ whose levels are shares of the device's total memory. Ages are seconds from the 
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -116,7 +117,9 @@ def make_workload(rng: random.Random, family: str, share: float | None = None) -
     elif family == "embed":
         b = rng.choice((64, 128, 256, 512))
         cmd = f"python3 embed_corpus.py --model BAAI/bge-m3 --batch-size {b} --max-length 512 --input /data/shards/part-*.parquet --seed {{vol}}"
-        params = dict(model=rng.uniform(0.06, 0.14), plateau=rng.uniform(0.55, 0.8), long=rng.uniform(0.3, 0.7),
+        # activations grow with the batch: the plateau below the long-sequence step is set by --batch-size
+        params = dict(model=rng.uniform(0.06, 0.14), plateau=0.45 + 0.1 * math.log2(b / 64) + rng.uniform(0, 0.08),
+                      long=rng.uniform(0.3, 0.7),
                       duration=rng.uniform(600, 1500))
     elif family == "jupyter":
         user = rng.choice(("alice", "bob", "chen", "dana", "emre"))
