@@ -28,6 +28,7 @@ import random
 from dataclasses import dataclass
 
 from exporter.catalog import MIB, board
+from exporter.sim.model import DEFAULT_DRIVER_VERSION
 from exporter.sim.scenario import parse_scenario
 from foresight_corpus import Episode  # the harness's episode shape, shared by the corpora (not their episodes)
 from foresight_families3 import FAMILIES, JUMPS, TRENDS, Workload, make_workload, points, volatile
@@ -69,14 +70,15 @@ class Episode3(Episode):
 
 
 def capacity(model: str, mig: str | None) -> int:
-    """Usable bytes: the whole GPU's total less reserved memory, or the MIG instance's memory."""
-    gpu = board(model)
+    """Usable bytes: the whole GPU's total less reserved memory, or the MIG instance's memory (its
+    size on the scenarios' driver branch, as the simulator sizes it)."""
+    gpu = board(model, driver_version=DEFAULT_DRIVER_VERSION)
     return gpu.memory_capacity_bytes if mig is None else gpu.profile(mig).memory_mib * MIB
 
 
 def total(model: str, mig: str | None) -> int:
     """What a framework sizing itself by the device reads as its total (cudaMemGetInfo)."""
-    gpu = board(model)
+    gpu = board(model, driver_version=DEFAULT_DRIVER_VERSION)
     return gpu.memory_total_mib * MIB if mig is None else gpu.profile(mig).memory_mib * MIB
 
 
@@ -147,12 +149,11 @@ def _server(runs: list[Run], mps: bool) -> list[Run]:
     return [Run(0, "nvidia-cuda-mps-server", -1, "server", runs[0].gpu, t, math.inf, ((t, MPS_SERVER),))]
 
 
-def _try(rng: random.Random, index: int) -> Episode3 | None:
-    sharing = _pick(rng, SHARING)
+def _try(rng: random.Random, index: int, sharing: str, pattern: str, learned: str) -> Episode3 | None:
+    """One draw of the episode's jobs, sizes and starts in its classes; None when the draw breaks them."""
     model, mig = rng.choice(SHARING[sharing][1])
     cap, tot, mps = capacity(model, mig), total(model, mig), sharing in ("mps", "mig+mps")
-    pattern, first_run = _pick(rng, PATTERNS), rng.random() < 0.35
-    learned = _pick(rng, FIRST_RUNS) if first_run else "here"
+    first_run = learned != "here"
     fam0 = rng.choice(TRENDS) if learned == "trend" else rng.choice(JUMPS) if learned == "never" else _pick(
         rng, {f: v[2] for f, v in FAMILIES.items()})
     replicas, n = rng.random() < 0.35 and fam0 not in ("jupyter", "ci"), rng.randint(2, 4)
@@ -277,8 +278,11 @@ def _missed(r: Run) -> bool:
 
 
 def make_episode(rng: random.Random, index: int) -> Episode3:
+    # the classes are drawn once, so that draws rejected below do not skew their shares
+    sharing, pattern = _pick(rng, SHARING), _pick(rng, PATTERNS)
+    learned = _pick(rng, FIRST_RUNS) if rng.random() < 0.35 else "here"
     for _ in range(500):
-        episode = _try(rng, index)
+        episode = _try(rng, index, sharing, pattern, learned)
         if episode is not None:
             return episode
     raise RuntimeError(f"corpus 3 episode {index}: no valid draw in 500 tries")
