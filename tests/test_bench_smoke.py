@@ -152,7 +152,7 @@ def _accuracy(*args: str) -> subprocess.CompletedProcess:
                           timeout=240)
 
 
-@pytest.mark.parametrize("corpus", ["1", "2"])
+@pytest.mark.parametrize("corpus", ["1", "2", "3"])
 def test_foresight_accuracy_smoke_prints_the_table_with_ratios_in_range(tmp_path, corpus):
     """Three episodes (one of them an OOM) end to end: both tiers' tables, sane figures, the same
     bytes with 2 jobs; the critical tier never catches what the warning tier missed."""
