@@ -137,7 +137,8 @@ def _proto(rng: random.Random, w: Workload, index: int, phase: str, gpu: int, st
     pts, dur = points(w, rng)
     assert all(a0 <= a1 for (a0, _), (a1, _) in zip(pts, pts[1:])), (w.family, pts)  # a timeline never goes back
     stretch = rng.uniform(0.96, 1.05) * slow
-    jitter = 1.0 if w.fixed or w.family in ("jupyter",) else rng.uniform(0.97, 1.03)  # sized by data, not device
+    # size jitter for jobs sized by their data; a device-sized job is exact, a notebook random already
+    jitter = 1.0 if w.fixed or w.family == "jupyter" else rng.uniform(0.97, 1.03)
     pts = [(a, v * jitter) for a, v in pts if a < dur] or [(0, pts[0][1])]
     return _Proto(index, phase, gpu, start, stretch, pts, dur, w.command.format(vol=volatile(w.family, rng)), w.env)
 
@@ -245,8 +246,8 @@ def _try(rng: random.Random, index: int, sharing: str, pattern: str, learned: st
     runs = [p.run(base(p, f), env=declared if learned == "declared" and p.w == 0 and p.phase == "test" else ())
             for p in protos + flat]
     runs.sort(key=lambda r: (r.start, r.gpu, r.workload))
-    runs = [Run(2000 + k, *(getattr(r, f) for f in ("cmdline", "workload", "phase", "gpu", "start", "end", "memory")),
-                _missed(r), r.env) for k, r in enumerate(runs)]
+    runs = [Run(2000 + k, r.cmdline, r.workload, r.phase, r.gpu, r.start, r.end, r.memory, _missed(r), r.env)
+            for k, r in enumerate(runs)]
     for g, c in ((0, cap), (1, capacity(*other) if other else 0)):
         learn = [r for r in runs if r.gpu == g and r.phase == "learn"]
         if learn and overflow(learn + _server(learn, mps), c)[0] is not None:
