@@ -1,7 +1,7 @@
 """The third foresight corpus (bench/foresight_corpus3.py, issue 24): seeded, accepted by the
 scenario loader, and its ground truth is what the simulator does with it.
 
-Cheap: a few episodes of seed 0 generated and run through the simulator's engine alone (no
+Cheap: the 40 episodes of seed 0 generated and run through the simulator's engine alone (no
 exporter, no polling); the accuracy bench itself is smoke-tested in tests/test_bench_smoke.py.
 """
 
@@ -15,9 +15,10 @@ import pytest
 
 from exporter.foresight.workload import workload_key
 from exporter.sim.engine import Engine
+from exporter.sim.scenario import parse_scenario
 
 REPO = Path(__file__).resolve().parent.parent
-EPISODES = 10
+EPISODES = 40
 
 
 def _bench_module(name: str):
@@ -88,12 +89,24 @@ def test_episode_classes_hold(corpus, episodes, index):
         assert e.workloads[0].family in _bench_module("foresight_families3").JUMPS
 
 
-def test_forty_episodes_cover_every_class(corpus):
+def test_forty_episodes_cover_every_class(corpus, episodes):
     """Seed 0's 40 episodes hold every pattern, sharing mode, first-run class and family."""
     families = _bench_module("foresight_families3").FAMILIES
-    episodes = corpus.make_corpus(0, 40)
     assert {e.classes["pattern"] for e in episodes} == set(corpus.PATTERNS)
     assert {e.classes["sharing"] for e in episodes} == set(corpus.SHARING)
     assert {e.classes["learned"] for e in episodes} == {"here", *corpus.FIRST_RUNS}
     assert {e.classes["mix"] for e in episodes} == {"replicas", "mixed"}
     assert {w.family for e in episodes for w in e.workloads} == set(families)
+
+
+def test_capacity_is_the_simulators_for_every_device(corpus):
+    """The ground truth's device sizes are the simulator's: a MIG instance is as large as the
+    scenarios' driver branch makes it (A100-40GB 3g.20gb: 20096 MiB there, 19968 MiB in the
+    smallest branch), a whole GPU its total less reserved memory."""
+    devices = {d for _, options in corpus.SHARING.values() for d in options}
+    for model, mig in sorted(devices, key=str):
+        gpu = {"model": model} if mig is None else {"model": model, "mig": [{"profile": mig}]}
+        proc = {"pid": 10, "cmdline": "python3 x.py", "gpu": 0, "memory": "1GiB", **({} if mig is None else {"mig": 0})}
+        engine = Engine(parse_scenario({"name": "capacity", "gpus": [gpu], "processes": [proc]}, "capacity"))
+        (device,) = {p.device for p in engine.procs}
+        assert engine.devices[device].capacity == corpus.capacity(model, mig), (model, mig)
