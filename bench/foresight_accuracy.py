@@ -1,12 +1,13 @@
 """Accuracy of the OOM forecast (foresight) on a seeded random corpus of shared-memory episodes.
 
-    python3 bench/foresight_accuracy.py [--corpus 1|2] [--seed 1] [--episodes 88] [--interval 5] [--jobs 2]
+    python3 bench/foresight_accuracy.py [--corpus 1|2|3] [--seed 1] [--episodes 88] [--interval 5] [--jobs 2]
                                         [--json results.json] [--list] [--verbose]
 
 Every episode of bench/foresight_corpus.py (--corpus 1; one GPU or MIG instance shared by 2-5
 MPS clients: learning runs alone, then a test phase together), or of the independently written
-bench/foresight_corpus2.py (--corpus 2), is played through the real
-pipeline: simulator -> fake libnvidia-ml -> NvmlBackend (SimBackend) -> Foresight.observe,
+bench/foresight_corpus2.py (--corpus 2), or of the third, also independent and never tuned on,
+bench/foresight_corpus3.py (--corpus 3; its families in bench/foresight_families3.py), is played
+through the real pipeline: simulator -> fake libnvidia-ml -> NvmlBackend (SimBackend) -> Foresight.observe,
 one poll every --interval virtual seconds, a fresh Foresight per episode. During the test
 phase the shipped contention rules (alerts/gpushare-memory.yml) are applied to each poll's
 forecast: pending while headroom < 0 (a whole GPU only when its sharing is mps or
@@ -39,8 +40,9 @@ from exporter.backend.sim import SimBackend  # noqa: E402
 from exporter.foresight import Foresight  # noqa: E402
 import foresight_corpus  # noqa: E402
 import foresight_corpus2  # noqa: E402
+import foresight_corpus3  # noqa: E402
 
-CORPORA = {1: foresight_corpus, 2: foresight_corpus2}  # 2: written independently, never tuned on
+CORPORA = {1: foresight_corpus, 2: foresight_corpus2, 3: foresight_corpus3}  # 2, 3: written independently, never tuned on
 
 def _shipped_rule(severity: str) -> tuple[float, float, float]:
     """`for`, `keep_firing_for` (seconds) and confidence threshold (0 without one) of the shipped
@@ -285,7 +287,7 @@ def _positive(kind):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=int, choices=sorted(CORPORA), default=1,
-                        help="1: bench/foresight_corpus.py, 2: bench/foresight_corpus2.py (default 1)")
+                        help="1: bench/foresight_corpus.py, 2: bench/foresight_corpus2.py, 3: bench/foresight_corpus3.py (default 1)")
     parser.add_argument("--seed", type=int, default=1, help="corpus seed (default 1)")
     parser.add_argument("--episodes", type=_positive(int), default=88, help="episodes (default 88)")
     parser.add_argument("--interval", type=_positive(float), default=5.0, help="poll interval, virtual s (default 5)")
