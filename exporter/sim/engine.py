@@ -44,6 +44,7 @@ class Engine:
 
     def __init__(self, scenario: Scenario):
         self.scenario = scenario
+        self._alive_cache = None  # (t, alive at t by pid, the same by device and GPU, loads); see alive()
         where = scenario.source or scenario.name
         self.gpus = {g.index: g for g in scenario.gpus}
         self.models: dict[int, GpuModel] = {}
@@ -72,12 +73,14 @@ class Engine:
         # The process list is fixed once built (kills only set killed_at), and alive() is asked
         # dozens of times per simulated NVML call: index it by pid, GPU and device once.
         self._by_pid = sorted(self.procs, key=lambda p: p.pid)
+        self._pinned = [p for p in self._by_pid if p.pinned_limit is not None]
         self._by_gpu: dict[int, list[Proc]] = {}
         self._by_device: dict[DeviceKey, list[Proc]] = {}
         for p in self._by_pid:
             self._by_gpu.setdefault(p.gpu, []).append(p)
             self._by_device.setdefault(p.device, []).append(p)
         self.mps_events, self.xids, self.faults = resolve_events(self, by_time, where)
+        self._alive_cache = None
         self._breaks = sorted({t for t in self._all_instants() if t != INF and t != -INF})
         self.now = 0.0
         self._settled_at: float | None = None
@@ -102,13 +105,24 @@ class Engine:
               device: DeviceKey | None = None) -> list[Proc]:
         """Processes alive at t (default now), optionally on one GPU or device, by pid."""
         t = self.now if t is None else t
-        if device is not None:
-            pool = self._by_device.get(device, ())
-        elif gpu is not None:
-            pool = self._by_gpu.get(gpu, ())
-        else:
-            pool = self._by_pid
-        return [p for p in pool if p.alive(t) and (gpu is None or p.gpu == gpu)]
+        # Asked dozens of times per instant (each step of advance_to, each simulated NVML call)
+        # with the same t: the processes alive at the last instant asked are kept, grouped by
+        # device and by GPU in pid order as the pools are, until a kill changes them. One tuple,
+        # replaced whole, so a reader never sees a list of another instant.
+        cache = self._alive_cache
+        if cache is None or cache[0] != t:
+            everyone = [p for p in self._by_pid if p.alive(t)]
+            groups: dict = {}  # device key (a tuple) or GPU index (an int) -> processes
+            for p in everyone:
+                groups.setdefault(p.device, []).append(p)
+                groups.setdefault(p.device[0], []).append(p)
+            cache = (t, everyone, groups, {})
+            self._alive_cache = cache
+        if device is None:
+            return list(cache[1] if gpu is None else cache[2].get(gpu, ()))
+        if gpu is None:
+            return list(cache[2].get(device, ()))
+        return [p for p in cache[2].get(device, ()) if p.gpu == gpu]
 
     # --- time --------------------------------------------------------------------------
 
@@ -146,14 +160,13 @@ class Engine:
                         self._kill(p, now, kind, int(p.memory_at(now)), 0)
         for p in self.refused.get(now, ()):
             self.mps_fault_events.append(OomEvent(now, p.gpu, p.gi, p.pid, p.name, 0, 0, "mps_unavailable"))
-        for p in self.alive(now):
-            if p.pinned_limit is not None and p.memory_at(now) > p.pinned_limit:
+        for p in [p for p in self._pinned if p.alive(now)]:
+            if p.memory_at(now) > p.pinned_limit:
                 self._kill(p, now, "mps_pinned_limit", int(p.memory_at(now)), p.pinned_limit)
         for key in sorted({p.device for p in self.alive(now)}):
             capacity = self.devices[key].capacity
             while True:
-                procs = self.alive(now, device=key)
-                total = sum(p.memory_at(now) for p in procs)
+                procs, total, _ = self._load(now, key)
                 killable = [p for p in procs if not p.mps_server]
                 if total <= capacity or not killable:
                     break
@@ -165,21 +178,32 @@ class Engine:
         where a device or a pinned client goes over its limit; None if there is none.
         A crossing exactly at next_break is left to that instant (state changes there)."""
         best = None
-        for p in self.alive(now):
-            if p.pinned_limit is None:
-                continue
+        for p in [p for p in self._pinned if p.alive(now)]:
             slope = slope_after(p.memory, now)
             if slope > 0:
                 tc = max(now, now + (p.pinned_limit - p.memory_at(now)) / slope)
                 best = _earlier(best, (tc, 0, p.pid, "pinned", p), next_break, target)
         for key in sorted({p.device for p in self.alive(now)}):
-            procs = self.alive(now, device=key)
-            slope = sum(slope_after(p.memory, now) for p in procs)
+            _, total, slope = self._load(now, key)
             if slope > 0:
-                total = sum(p.memory_at(now) for p in procs)
                 tc = max(now, now + (self.devices[key].capacity - total) / slope)
                 best = _earlier(best, (tc, 1, key, "oom", key), next_break, target)
         return best
+
+    def _load(self, now: float, key: DeviceKey) -> tuple[list[Proc], float, float]:
+        """(processes alive on device ``key`` at ``now``, their memory, its slope just after now).
+
+        Asked by _settle and _next_crossing at every step: kept with the alive list of ``now``
+        (a kill drops both). The sums run over the same processes in the same order as
+        ``sum(p.memory_at(now) ...)`` would, so the floats are the same."""
+        loads = self._alive_cache[3] if self._alive_cache is not None and self._alive_cache[0] == now else None
+        load = loads.get(key) if loads is not None else None
+        if load is None:
+            procs = self.alive(now, device=key)
+            load = (procs, sum([timeline_value(p.memory, now) for p in procs]),
+                    sum([slope_after(p.memory, now) for p in procs]))
+            self._alive_cache[3][key] = load
+        return load
 
     def _kill_at_crossing(self, hit) -> None:
         tc, _, _, kind, subject = hit
@@ -201,6 +225,7 @@ class Engine:
 
     def _kill(self, p: Proc, t: float, reason: str, demand: int, capacity: int) -> None:
         p.killed_at = t
+        self._alive_cache = None
         event = OomEvent(t, p.gpu, p.gi, p.pid, p.name, demand, capacity, reason)
         if reason in ("mps_restart", "mps_server_death"):
             self.mps_fault_events.append(event)

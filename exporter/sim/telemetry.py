@@ -114,10 +114,11 @@ class Telemetry:
             ((gpu, inst.serial), inst.profile.sm_count) for inst in ep.instances]
         busy_integral = 0.0
         for key, sms in devices:
-            procs = self.engine.alive(a, device=key)
-            level = sum(process_activity(p, "sm_active", a) for p in procs)
-            slope = sum(slope_after(_process_timeline(p, "sm_active"), a)
-                        for p in procs if _process_timeline(p, "sm_active"))
+            # Called for every GPU at every step of the engine: the processes are alive at a, so
+            # process_activity(p, "sm_active", a) is the value of its timeline (0 without one).
+            timelines = [p.activity.get("sm_active") for p in self.engine.alive(a, device=key)]
+            level = sum([timeline_value(tl, a) if tl else 0.0 for tl in timelines])
+            slope = sum([slope_after(tl, a) for tl in timelines if tl])
             busy_integral += integrate_clipped(level, slope, b - a) * sms / model.sm_count
         return idle * (b - a) + (limit - idle) * busy_integral
 
