@@ -16,7 +16,7 @@ import time
 
 from exporter import commands
 from exporter.errors import NoGpuError, UserError
-from exporter.http_client import add_client_flags, client_options
+from exporter.client_flags import add_client_flags, client_options  # not http_client: no ssl until a fetch
 
 HELP = "poll the GPUs once and print what was read, as JSON"
 DCGM_WARMUP_SECONDS = 1.0  # the update period snapshot's DCGM watches use (--interval's default)

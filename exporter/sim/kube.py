@@ -15,7 +15,6 @@ import json
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterable
 from urllib.parse import parse_qs, urlsplit
 
@@ -250,6 +249,8 @@ class FakeApiServer:
         self.requests: list[str] = []
         for pod in pods:
             self.add(pod)
+        from http.server import ThreadingHTTPServer  # here: a simulated node without tests never serves
+
         handler = self._handler()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
@@ -305,6 +306,8 @@ class FakeApiServer:
     # -- HTTP ---------------------------------------------------------------------------
 
     def _handler(self):
+        from http.server import BaseHTTPRequestHandler
+
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
