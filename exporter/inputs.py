@@ -110,30 +110,6 @@ def parse_yaml(text: str, source: str, loader: type[yaml.SafeLoader] = SafeInput
         raise UserError(f"{source}: not valid YAML: {value_problem(exc)}") from None
 
 
-class _CEvents:
-    """libyaml's scanner and parser (C) in place of PyYAML's Python ones, under the loader's own
-    Python composer and constructors: the depth and alias checks, marks and values stay the
-    same; the scanning, most of the time of a large file (a shipped scenario: 140 kB), gets ~5x
-    cheaper. PyYAML's Reader still checks the text for non-printable characters."""
-
-    def __init__(self, stream) -> None:
-        super().__init__(stream)
-        self._events = yaml.cyaml.CParser(stream)
-
-    def check_event(self, *choices):
-        return self._events.check_event(*choices)
-
-    def peek_event(self):
-        return self._events.peek_event()
-
-    def get_event(self):
-        return self._events.get_event()
-
-    def dispose(self) -> None:
-        super().dispose()
-        self._events.dispose()
-
-
 class _CNodes(yaml.cyaml.CParser, yaml.constructor.SafeConstructor, yaml.resolver.Resolver):
     """libyaml composes the nodes as well (C), under the loader's Python constructors and resolver.
 
@@ -182,7 +158,6 @@ def _event_shape(text: str) -> tuple[int, int, bool]:
     return deepest, nodes, alias
 
 
-_FAST: dict[type, type] = {}
 _NODES: dict[tuple[type, bool], type] = {}
 
 
