@@ -85,6 +85,8 @@ class SimBackend:
         NVML sample timestamps are never in the real future.
         """
         start = self._manual if self._manual is not None else 0.0
+        if self.scenario.duration is not None:  # as virtual_time(): past the end, the last state holds
+            start = min(start, self.scenario.duration)
         self.sim = Simulation(self.scenario, procfs_dir=self._procfs_dir, start_at=start)
         self.sim.advance_to(start)  # NVML starts at that instant (an init failure then counts)
         self.sim.install()

@@ -24,6 +24,7 @@ ever removed.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import tempfile
@@ -55,7 +56,14 @@ class ProcEntry:
     cgroup: str = ""  # <pid>/cgroup contents (exporter.sim.kube.cgroup_file); "" = not written
 
 
+# What makes shlex.split differ from str.split: quotes, backslashes, and whitespace other than the
+# four characters shlex splits on (str.split splits on every Unicode space, shlex does not).
+_SHLEX_SPECIAL = re.compile(r"['\"\\]|[^\S \t\r\n]")
+
+
 def _argv(cmdline: str) -> list[str]:
+    if _SHLEX_SPECIAL.search(cmdline) is None:
+        return cmdline.split()  # shlex.split's words, without its character-by-character reader
     try:
         return shlex.split(cmdline)
     except ValueError:  # unbalanced quotes: keep the words as written
