@@ -111,11 +111,18 @@ def test_jump_equals_the_plain_computation(name, times):
 
 
 def test_timeline_walk_matches_the_plain_form():
-    from exporter.sim.piecewise import timeline_value
+    """timeline_value, slope_after and value_slope (both in one walk) against the zip-of-slices forms,
+    on random timelines with steps (two points at one time) and at every point, between and outside."""
+    import random
 
-    timelines = [((0.0, 1.0),), ((5.0, 2.0), (10.0, 4.0)), ((0.0, 1.0), (3.0, 1.0), (3.0, 7.0), (9.0, 2.0)),
-                 ((1.0, 0.0), (2.0, 5.0), (2.0, 5.0), (4.0, 1.0), (8.0, 1.0))]
-    for timeline in timelines:
-        for t in (-1.0, 0.0, 1.0, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 7.5, 8.0, 9.0, 10.0, 12.0):
-            assert timeline_value(timeline, t) == plain_timeline_value(timeline, t)
-            assert slope_after(timeline, t) == plain_slope_after(timeline, t)
+    from exporter.sim.piecewise import timeline_value, value_slope
+
+    rng = random.Random(22)
+    grid = [0.0, 1.0, 2.0, 2.5, 3.0, 5.0, 7.25, 10.0]
+    for _ in range(3000):
+        times = sorted(rng.choice(grid) for _ in range(rng.randint(1, 6)))
+        timeline = tuple((t, rng.choice([0.0, 1.0, 3.5, 7e9 + 0.1, -2.0])) for t in times)
+        for t in [-1.0, *grid, 0.5, 2.25, 4.0, 11.0, rng.uniform(-1.0, 11.0)]:
+            plain = (plain_timeline_value(timeline, t), plain_slope_after(timeline, t))
+            assert (timeline_value(timeline, t), slope_after(timeline, t)) == plain
+            assert value_slope(timeline, t) == plain

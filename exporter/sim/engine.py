@@ -33,7 +33,7 @@ from exporter.catalog import MIB, GpuModel
 from exporter.errors import UserError
 from exporter.sim.mig_layout import Epoch, LayoutBuilder, epoch_at
 from exporter.sim.model import Scenario, gpu_model
-from exporter.sim.piecewise import left_value, slope_after, timeline_value
+from exporter.sim.piecewise import left_value, slope_after, timeline_value, value_slope
 from exporter.sim.setup import build_processes, resolve_events
 from exporter.sim.state import INF, Device, DeviceKey, Lifecycle, OomEvent, Proc
 from exporter.sim.telemetry import Telemetry
@@ -44,7 +44,8 @@ class Engine:
 
     def __init__(self, scenario: Scenario):
         self.scenario = scenario
-        self._alive_cache = None  # (t, alive at t by pid, the same by device and GPU, loads); see alive()
+        self.now = 0.0
+        self._alive_cache = None  # see _alive_now()
         where = scenario.source or scenario.name
         self.gpus = {g.index: g for g in scenario.gpus}
         self.models: dict[int, GpuModel] = {}
@@ -105,24 +106,35 @@ class Engine:
               device: DeviceKey | None = None) -> list[Proc]:
         """Processes alive at t (default now), optionally on one GPU or device, by pid."""
         t = self.now if t is None else t
-        # Asked dozens of times per instant (each step of advance_to, each simulated NVML call)
-        # with the same t: the processes alive at the last instant asked are kept, grouped by
-        # device and by GPU in pid order as the pools are, until a kill changes them. One tuple,
-        # replaced whole, so a reader never sees a list of another instant.
-        cache = self._alive_cache
-        if cache is None or cache[0] != t:
-            everyone = [p for p in self._by_pid if p.alive(t)]
-            groups: dict = {}  # device key (a tuple) or GPU index (an int) -> processes
-            for p in everyone:
-                groups.setdefault(p.device, []).append(p)
-                groups.setdefault(p.device[0], []).append(p)
-            cache = (t, everyone, groups, {})
-            self._alive_cache = cache
+        if t != self.now:  # another instant (a GPM average's midpoints, a telemetry read back in time)
+            pool = self._by_device.get(device, ()) if device is not None else (
+                self._by_gpu.get(gpu, ()) if gpu is not None else self._by_pid)
+            return [p for p in pool if p.alive(t) and (gpu is None or p.gpu == gpu)]
+        cache = self._alive_now()
         if device is None:
             return list(cache[1] if gpu is None else cache[2].get(gpu, ()))
         if gpu is None:
             return list(cache[2].get(device, ()))
         return [p for p in cache[2].get(device, ()) if p.gpu == gpu]
+
+    def _alive_now(self) -> tuple:
+        """(now, processes alive now by pid, the same by device and by GPU, device loads).
+
+        The instant ``now`` is asked about dozens of times (each step of advance_to, each simulated
+        NVML call): its alive processes are kept, grouped by device (a tuple key) and by GPU (an int
+        key) in pid order as the pools are, until a kill or a step changes them. One tuple, replaced
+        whole, so a reader never sees the lists of another instant."""
+        cache = self._alive_cache
+        t = self.now
+        if cache is None or cache[0] != t:
+            everyone = [p for p in self._by_pid if p.alive(t)]
+            groups: dict = {}
+            for p in everyone:
+                groups.setdefault(p.device, []).append(p)
+                groups.setdefault(p.device[0], []).append(p)
+            cache = (t, everyone, groups, {})
+            self._alive_cache = cache
+        return cache
 
     # --- time --------------------------------------------------------------------------
 
@@ -196,13 +208,12 @@ class Engine:
         Asked by _settle and _next_crossing at every step: kept with the alive list of ``now``
         (a kill drops both). The sums run over the same processes in the same order as
         ``sum(p.memory_at(now) ...)`` would, so the floats are the same."""
-        loads = self._alive_cache[3] if self._alive_cache is not None and self._alive_cache[0] == now else None
-        load = loads.get(key) if loads is not None else None
+        loads = self._alive_now()[3] if now == self.now else {}
+        load = loads.get(key)
         if load is None:
             procs = self.alive(now, device=key)
-            load = (procs, sum([timeline_value(p.memory, now) for p in procs]),
-                    sum([slope_after(p.memory, now) for p in procs]))
-            self._alive_cache[3][key] = load
+            points = [value_slope(p.memory, now) for p in procs]
+            load = loads[key] = (procs, sum([v for v, _ in points]), sum([s for _, s in points]))
         return load
 
     def _kill_at_crossing(self, hit) -> None:

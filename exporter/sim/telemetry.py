@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from exporter.sim.piecewise import integral, integrate_clipped, slope_after, timeline_value
+from exporter.sim.piecewise import integral, integrate_clipped, slope_after, timeline_value, value_slope
 from exporter.sim.state import Proc
 from exporter.snapshot import ACTIVITY_FIELDS
 
@@ -116,9 +116,10 @@ class Telemetry:
         for key, sms in devices:
             # Called for every GPU at every step of the engine: the processes are alive at a, so
             # process_activity(p, "sm_active", a) is the value of its timeline (0 without one).
-            timelines = [p.activity.get("sm_active") for p in self.engine.alive(a, device=key)]
-            level = sum([timeline_value(tl, a) if tl else 0.0 for tl in timelines])
-            slope = sum([slope_after(tl, a) for tl in timelines if tl])
+            points = [value_slope(tl, a) if tl else None for tl in
+                      [p.activity.get("sm_active") for p in self.engine.alive(a, device=key)]]
+            level = sum([point[0] if point else 0.0 for point in points])
+            slope = sum([point[1] for point in points if point])
             busy_integral += integrate_clipped(level, slope, b - a) * sms / model.sm_count
         return idle * (b - a) + (limit - idle) * busy_integral
 
