@@ -126,3 +126,18 @@ def test_timeline_walk_matches_the_plain_form():
             plain = (plain_timeline_value(timeline, t), plain_slope_after(timeline, t))
             assert (timeline_value(timeline, t), slope_after(timeline, t)) == plain
             assert value_slope(timeline, t) == plain
+
+
+def test_device_activity_equals_the_per_process_sum():
+    """Telemetry.device_activity (inlined for the GPM averages' 32 instants) against the sum of
+    process_activity over the device's processes, as it was written before."""
+    from exporter.snapshot import ACTIVITY_FIELDS
+
+    engine = Engine(load_scenario(resolve_scenario("h100-mixed-node")))
+    engine.advance_to(600.0)
+    for t in (600.0, 599.5, 598.0 + 1 / 3, 300.0):
+        for key in engine.devices:
+            procs = engine.alive(t, device=key)
+            plain = {pipe: min(1.0, sum(process_activity(p, pipe, t) for p in procs)) for pipe in ACTIVITY_FIELDS}
+            assert engine.telemetry.device_activity(key, t) == plain
+    assert any(engine.telemetry.device_activity(key, 600.0)["graphics_active"] > 0 for key in engine.devices)
