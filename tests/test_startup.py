@@ -70,13 +70,13 @@ def test_snapshot_from_loads_no_driver():
     assert loaded(names, HEAVY + ("exporter.backend", "yaml")) == []
 
 
-# What a simulated NVML host does not use: the DCGM backend and the simulated DCGM (a scenario without a
-# dcgm section, --backend auto picks NVML), the HTTPS client (only --from fetches) and http.server (only the
-# tests' fake API server serves).
+# What a simulated NVML host without pods does not use: the DCGM backend and the simulated DCGM (a scenario
+# without a dcgm section, --backend auto picks NVML), the HTTPS client (only --from fetches), http.server (only
+# the tests' fake API server serves) and the Kubernetes sources (no pods).
 NOT_FOR_SIMULATED_NVML = ("exporter.backend.dcgm", "exporter.backend.dcgm_session", "exporter.backend.dcgm_values",
                           "exporter.backend.dcgm_source", "exporter.backend.dcgm_caller", "exporter.backend.dcgm_status",
                           "exporter.sim.fakedcgm.hostengine", "exporter.sim.fakedcgm.spec", "exporter.http_client",
-                          "ssl", "urllib.request", "http.server", "http.client")
+                          "ssl", "urllib.request", "http.server", "http.client", "exporter.k8s")
 
 
 @pytest.mark.parametrize("args", [("snapshot", "--simulate", "h100-mixed-node", "--at", "60"),
