@@ -127,7 +127,8 @@ class Engine:
         cache = self._alive_cache
         t = self.now
         if cache is None or cache[0] != t:
-            everyone = [p for p in self._by_pid if p.alive(t)]
+            # Proc.alive(t), spelled out: this runs over every process at every step
+            everyone = [p for p in self._by_pid if p.start <= t < p.end and (p.killed_at is None or t < p.killed_at)]
             groups: dict = {}
             for p in everyone:
                 groups.setdefault(p.device, []).append(p)
@@ -175,7 +176,7 @@ class Engine:
         for p in [p for p in self._pinned if p.alive(now)]:
             if p.memory_at(now) > p.pinned_limit:
                 self._kill(p, now, "mps_pinned_limit", int(p.memory_at(now)), p.pinned_limit)
-        for key in sorted({p.device for p in self.alive(now)}):
+        for key in self._busy_devices():
             capacity = self.devices[key].capacity
             while True:
                 procs, total, _ = self._load(now, key)
@@ -195,12 +196,16 @@ class Engine:
             if slope > 0:
                 tc = max(now, now + (p.pinned_limit - p.memory_at(now)) / slope)
                 best = _earlier(best, (tc, 0, p.pid, "pinned", p), next_break, target)
-        for key in sorted({p.device for p in self.alive(now)}):
+        for key in self._busy_devices():
             _, total, slope = self._load(now, key)
             if slope > 0:
                 tc = max(now, now + (self.devices[key].capacity - total) / slope)
                 best = _earlier(best, (tc, 1, key, "oom", key), next_break, target)
         return best
+
+    def _busy_devices(self) -> list[DeviceKey]:
+        """The devices with a process alive now, in order (``sorted({p.device for p in self.alive()})``)."""
+        return sorted(key for key in self._alive_now()[2] if type(key) is tuple)
 
     def _load(self, now: float, key: DeviceKey) -> tuple[list[Proc], float, float]:
         """(processes alive on device ``key`` at ``now``, their memory, its slope just after now).
