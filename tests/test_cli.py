@@ -267,3 +267,11 @@ def test_port_in_use_is_a_one_line_error(capsys, monkeypatch):
     assert code == 2 and err.startswith(f"exporter: error: --listen 127.0.0.1:{port}: cannot listen")
     assert err.count("\n") == 1
     assert not backend.opened or backend.closed
+
+
+def test_snapshot_at_past_the_scenario_end_reads_the_last_state(capsys):
+    """--at beyond the scenario's duration reads the state at its end (as serve's clock stops there); it
+    used to stop with an internal error (time cannot go back)."""
+    code, out, err = run_main(capsys, "snapshot", "--simulate", "a100-40gb-two-3g", "--at", "1800")
+    assert code == 0, err
+    assert json.loads(out)["simulation"]["time_seconds"] == 900.0  # the scenario's duration: 15m

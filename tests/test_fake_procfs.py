@@ -107,3 +107,24 @@ def test_mirror_host_lets_psutil_see_this_process_and_the_host(sim):
     assert me.pid == os.getpid() and me.parent() is not None
     assert psutil.virtual_memory().total > 0
     assert psutil.boot_time() == sim.boot_time
+
+
+def test_argv_without_quotes_or_odd_spaces_skips_shlex_with_the_same_words():
+    """procfs._argv splits plain command lines with str.split (shlex reads a character at a time); the
+    words must be shlex's for every text, including the Unicode spaces str.split splits on and shlex not."""
+    import random
+    import shlex
+
+    from exporter.sim.procfs import _argv
+
+    alphabet = ["a", "b", "-", "=", "#", "é", " ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\xa0", "\u2003",
+                '"', "'", "\\"]
+    rng = random.Random(22)
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))) for _ in range(20000)]
+    texts += ["python3 -m vllm.entrypoints.openai.api_server --port 9001", "", "  ", "a\xa0b", "x 'y z'"]
+    for text in texts:
+        try:
+            expected = shlex.split(text)
+        except ValueError:
+            expected = text.split()
+        assert _argv(text) == expected, repr(text)

@@ -68,3 +68,35 @@ def test_snapshot_from_loads_no_driver():
     """A bad URL still parses the command and fails before any driver: nothing of the backends loads."""
     names = imported("snapshot", "--from", "http://127.0.0.1:1")
     assert loaded(names, HEAVY + ("exporter.backend", "yaml")) == []
+
+
+# What a simulated NVML host without pods does not use: the DCGM backend and the simulated DCGM (a scenario
+# without a dcgm section, --backend auto picks NVML), the HTTPS client (only --from fetches), http.server (only
+# the tests' fake API server serves) and the Kubernetes sources (no pods).
+NOT_FOR_SIMULATED_NVML = ("exporter.backend.dcgm", "exporter.backend.dcgm_session", "exporter.backend.dcgm_values",
+                          "exporter.backend.dcgm_source", "exporter.backend.dcgm_caller", "exporter.backend.dcgm_status",
+                          "exporter.sim.fakedcgm.hostengine", "exporter.sim.fakedcgm.spec", "exporter.http_client",
+                          "ssl", "urllib.request", "http.server", "http.client", "exporter.k8s")
+
+
+@pytest.mark.parametrize("args", [("snapshot", "--simulate", "h100-mixed-node", "--at", "60"),
+                                  ("snapshot", "--simulate", "wan22-h100-mps-solo", "--backend", "nvml")])
+def test_simulated_nvml_snapshot_loads_no_dcgm_and_no_http_client(args):
+    names = imported(*args)
+    assert "exporter.backend.nvml" in names and "exporter.sim.engine" in names  # it did poll the simulated driver
+    assert loaded(names, NOT_FOR_SIMULATED_NVML) == []
+
+
+def test_simulated_dcgm_snapshot_still_loads_dcgm():
+    """The other side of the check above: where the scenario has DCGM, the lazily imported modules do load."""
+    names = imported("snapshot", "--simulate", "a30-mig-dcgm", "--at", "30")
+    assert loaded(names, ("exporter.backend.dcgm", "exporter.sim.fakedcgm.hostengine")) == [
+        "exporter.backend.dcgm", "exporter.sim.fakedcgm.hostengine"]
+
+
+def test_flags_of_secured_endpoints_load_no_network_module():
+    """`recommend --help` and `snapshot --help` define the --from-* flags (exporter.client_flags) without ssl."""
+    for args in (("recommend", "--help"), ("snapshot", "--help")):
+        names = imported(*args)
+        assert "exporter.client_flags" in names
+        assert loaded(names, ("exporter.http_client", "ssl", "urllib.request")) == []

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from exporter.backend import dcgm_bindings
-from exporter.backend.dcgm import DcgmBackend
-from exporter.backend.dcgm_caller import DcgmCaller, DcgmError
-from exporter.backend.dcgm_session import DcgmAddress, DcgmSession
-from exporter.backend.dcgm_status import reason_for
 from exporter.errors import UserError
+
+if TYPE_CHECKING:  # the DCGM backend is imported when DCGM is tried: an NVML-only run never loads it
+    from exporter.backend.dcgm_session import DcgmAddress
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,11 @@ def open_backend(kind: str, nvml, options: DcgmOptions):
             raise UserError(f"--backend dcgm: {exc}") from None
         return open_nvml(nvml, f"--backend auto: {exc}")
     where = options.bindings_label or bindings.directory
+    from exporter.backend.dcgm import DcgmBackend
+    from exporter.backend.dcgm_caller import DcgmCaller, DcgmError
+    from exporter.backend.dcgm_session import DcgmSession
+    from exporter.backend.dcgm_status import reason_for
+
     if kind == "dcgm":
         backend = DcgmBackend(nvml, bindings, options.address, options.interval,
                               reason=f"--backend dcgm: DCGM bindings from {where}",

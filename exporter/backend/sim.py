@@ -13,18 +13,20 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from exporter.backend.choose import DcgmOptions, open_backend, open_nvml
 from exporter.backend.nvml import NvmlBackend
 from exporter.backend.procinfo import ProcFs
 from exporter.errors import UserError
 from exporter.identity import Identifier
-from exporter.sim import Simulation, fakedcgm
-from exporter.sim.fakedcgm.spec import DEFAULT as DEFAULT_DCGM
+from exporter.sim import Simulation
 from exporter.sim.model import Scenario
 from exporter.sim.scenario import load_scenario
 from exporter.snapshot import SimulationInfo, Snapshot
+
+if TYPE_CHECKING:  # the simulated DCGM is imported when a host has one: an NVML-only run never loads it
+    from exporter.sim import fakedcgm
 
 
 class SimBackend:
@@ -83,6 +85,8 @@ class SimBackend:
         NVML sample timestamps are never in the real future.
         """
         start = self._manual if self._manual is not None else 0.0
+        if self.scenario.duration is not None:  # as virtual_time(): past the end, the last state holds
+            start = min(start, self.scenario.duration)
         self.sim = Simulation(self.scenario, procfs_dir=self._procfs_dir, start_at=start)
         self.sim.advance_to(start)  # NVML starts at that instant (an init failure then counts)
         self.sim.install()
@@ -103,13 +107,17 @@ class SimBackend:
     def _open_inner(self):
         if self.kind == "nvml":
             return open_nvml(self.nvml, "--backend nvml")
-        spec = self.scenario.dcgm or (DEFAULT_DCGM if self.kind == "dcgm" else None)
+        spec = self.scenario.dcgm
+        if spec is None and self.kind == "dcgm":
+            from exporter.sim.fakedcgm.spec import DEFAULT as spec
         if spec is None or not spec.installed:
             why = ("the scenario has no dcgm section" if spec is None
                    else "its dcgm section says installed: false")
             if self.kind == "dcgm":
                 raise UserError(f"--backend dcgm: the simulated host has no DCGM ({self.scenario.source}: {why})")
             return open_nvml(self.nvml, f"--backend auto: the simulated host has no DCGM ({why})")
+        from exporter.sim import fakedcgm  # only a host with DCGM loads the simulated one
+
         self.dcgm_lib = fakedcgm.install(self.sim, spec)
         options = dataclasses.replace(self._dcgm_options, bindings_dirs=(fakedcgm.BINDINGS_DIR,),
                                       bindings_label="the simulated host")
@@ -117,6 +125,8 @@ class SimBackend:
 
     def _uninstall_dcgm(self) -> None:
         if self.dcgm_lib is not None:
+            from exporter.sim import fakedcgm
+
             fakedcgm.uninstall(self.dcgm_lib)
             self.dcgm_lib = None
 

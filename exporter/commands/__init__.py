@@ -117,10 +117,11 @@ def dcgm_options(settings: Settings, interval: float | None = None):
     """Where to find DCGM (bindings, host engine) and how often to have it sample."""
     from exporter.backend.choose import DcgmOptions
     from exporter.backend.dcgm_bindings import search_dirs
-    from exporter.backend.dcgm_session import DcgmAddress
 
     address = None
     if settings.dcgm_address is not None:
+        from exporter.backend.dcgm_session import DcgmAddress  # the DCGM backend loads only where DCGM is named
+
         kind, _, target = settings.dcgm_address.partition("://")
         address = DcgmAddress(kind, target)
     if settings.dcgm_bindings is not None and not os.path.isdir(settings.dcgm_bindings):

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 from exporter import catalog
 from exporter.errors import UserError
-from exporter.http_client import add_client_flags, client_options
+from exporter.client_flags import add_client_flags, client_options  # not http_client: no ssl until a fetch
 
 FORMATS = ("text", "json", "yaml", "mig-parted", "gpu-operator", "markdown", "html")
 DEFAULT_WINDOW = "7d"

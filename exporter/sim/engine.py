@@ -33,7 +33,7 @@ from exporter.catalog import MIB, GpuModel
 from exporter.errors import UserError
 from exporter.sim.mig_layout import Epoch, LayoutBuilder, epoch_at
 from exporter.sim.model import Scenario, gpu_model
-from exporter.sim.piecewise import left_value, slope_after, timeline_value
+from exporter.sim.piecewise import left_value, slope_after, timeline_value, value_slope
 from exporter.sim.setup import build_processes, resolve_events
 from exporter.sim.state import INF, Device, DeviceKey, Lifecycle, OomEvent, Proc
 from exporter.sim.telemetry import Telemetry
@@ -44,6 +44,8 @@ class Engine:
 
     def __init__(self, scenario: Scenario):
         self.scenario = scenario
+        self.now = 0.0
+        self._alive_cache = None  # see _alive_now()
         where = scenario.source or scenario.name
         self.gpus = {g.index: g for g in scenario.gpus}
         self.models: dict[int, GpuModel] = {}
@@ -72,12 +74,14 @@ class Engine:
         # The process list is fixed once built (kills only set killed_at), and alive() is asked
         # dozens of times per simulated NVML call: index it by pid, GPU and device once.
         self._by_pid = sorted(self.procs, key=lambda p: p.pid)
+        self._pinned = [p for p in self._by_pid if p.pinned_limit is not None]
         self._by_gpu: dict[int, list[Proc]] = {}
         self._by_device: dict[DeviceKey, list[Proc]] = {}
         for p in self._by_pid:
             self._by_gpu.setdefault(p.gpu, []).append(p)
             self._by_device.setdefault(p.device, []).append(p)
         self.mps_events, self.xids, self.faults = resolve_events(self, by_time, where)
+        self._alive_cache = None
         self._breaks = sorted({t for t in self._all_instants() if t != INF and t != -INF})
         self.now = 0.0
         self._settled_at: float | None = None
@@ -102,13 +106,36 @@ class Engine:
               device: DeviceKey | None = None) -> list[Proc]:
         """Processes alive at t (default now), optionally on one GPU or device, by pid."""
         t = self.now if t is None else t
-        if device is not None:
-            pool = self._by_device.get(device, ())
-        elif gpu is not None:
-            pool = self._by_gpu.get(gpu, ())
-        else:
-            pool = self._by_pid
-        return [p for p in pool if p.alive(t) and (gpu is None or p.gpu == gpu)]
+        if t != self.now:  # another instant (a GPM average's midpoints, a telemetry read back in time)
+            pool = self._by_device.get(device, ()) if device is not None else (
+                self._by_gpu.get(gpu, ()) if gpu is not None else self._by_pid)
+            return [p for p in pool if p.alive(t) and (gpu is None or p.gpu == gpu)]
+        cache = self._alive_now()
+        if device is None:
+            return list(cache[1] if gpu is None else cache[2].get(gpu, ()))
+        if gpu is None:
+            return list(cache[2].get(device, ()))
+        return [p for p in cache[2].get(device, ()) if p.gpu == gpu]
+
+    def _alive_now(self) -> tuple:
+        """(now, processes alive now by pid, the same by device and by GPU, device loads).
+
+        The instant ``now`` is asked about dozens of times (each step of advance_to, each simulated
+        NVML call): its alive processes are kept, grouped by device (a tuple key) and by GPU (an int
+        key) in pid order as the pools are, until a kill or a step changes them. One tuple, replaced
+        whole, so a reader never sees the lists of another instant."""
+        cache = self._alive_cache
+        t = self.now
+        if cache is None or cache[0] != t:
+            # Proc.alive(t), spelled out: this runs over every process at every step
+            everyone = [p for p in self._by_pid if p.start <= t < p.end and (p.killed_at is None or t < p.killed_at)]
+            groups: dict = {}
+            for p in everyone:
+                groups.setdefault(p.device, []).append(p)
+                groups.setdefault(p.device[0], []).append(p)
+            cache = (t, everyone, groups, {})
+            self._alive_cache = cache
+        return cache
 
     # --- time --------------------------------------------------------------------------
 
@@ -146,14 +173,13 @@ class Engine:
                         self._kill(p, now, kind, int(p.memory_at(now)), 0)
         for p in self.refused.get(now, ()):
             self.mps_fault_events.append(OomEvent(now, p.gpu, p.gi, p.pid, p.name, 0, 0, "mps_unavailable"))
-        for p in self.alive(now):
-            if p.pinned_limit is not None and p.memory_at(now) > p.pinned_limit:
+        for p in [p for p in self._pinned if p.alive(now)]:
+            if p.memory_at(now) > p.pinned_limit:
                 self._kill(p, now, "mps_pinned_limit", int(p.memory_at(now)), p.pinned_limit)
-        for key in sorted({p.device for p in self.alive(now)}):
+        for key in self._busy_devices():
             capacity = self.devices[key].capacity
             while True:
-                procs = self.alive(now, device=key)
-                total = sum(p.memory_at(now) for p in procs)
+                procs, total, _ = self._load(now, key)
                 killable = [p for p in procs if not p.mps_server]
                 if total <= capacity or not killable:
                     break
@@ -165,21 +191,35 @@ class Engine:
         where a device or a pinned client goes over its limit; None if there is none.
         A crossing exactly at next_break is left to that instant (state changes there)."""
         best = None
-        for p in self.alive(now):
-            if p.pinned_limit is None:
-                continue
+        for p in [p for p in self._pinned if p.alive(now)]:
             slope = slope_after(p.memory, now)
             if slope > 0:
                 tc = max(now, now + (p.pinned_limit - p.memory_at(now)) / slope)
                 best = _earlier(best, (tc, 0, p.pid, "pinned", p), next_break, target)
-        for key in sorted({p.device for p in self.alive(now)}):
-            procs = self.alive(now, device=key)
-            slope = sum(slope_after(p.memory, now) for p in procs)
+        for key in self._busy_devices():
+            _, total, slope = self._load(now, key)
             if slope > 0:
-                total = sum(p.memory_at(now) for p in procs)
                 tc = max(now, now + (self.devices[key].capacity - total) / slope)
                 best = _earlier(best, (tc, 1, key, "oom", key), next_break, target)
         return best
+
+    def _busy_devices(self) -> list[DeviceKey]:
+        """The devices with a process alive now, in order (``sorted({p.device for p in self.alive()})``)."""
+        return sorted(key for key in self._alive_now()[2] if type(key) is tuple)
+
+    def _load(self, now: float, key: DeviceKey) -> tuple[list[Proc], float, float]:
+        """(processes alive on device ``key`` at ``now``, their memory, its slope just after now).
+
+        Asked by _settle and _next_crossing at every step: kept with the alive list of ``now``
+        (a kill drops both). The sums run over the same processes in the same order as
+        ``sum(p.memory_at(now) ...)`` would, so the floats are the same."""
+        loads = self._alive_now()[3] if now == self.now else {}
+        load = loads.get(key)
+        if load is None:
+            procs = self.alive(now, device=key)
+            points = [value_slope(p.memory, now) for p in procs]
+            load = loads[key] = (procs, sum([v for v, _ in points]), sum([s for _, s in points]))
+        return load
 
     def _kill_at_crossing(self, hit) -> None:
         tc, _, _, kind, subject = hit
@@ -201,6 +241,7 @@ class Engine:
 
     def _kill(self, p: Proc, t: float, reason: str, demand: int, capacity: int) -> None:
         p.killed_at = t
+        self._alive_cache = None
         event = OomEvent(t, p.gpu, p.gi, p.pid, p.name, demand, capacity, reason)
         if reason in ("mps_restart", "mps_server_death"):
             self.mps_fault_events.append(event)

@@ -15,14 +15,13 @@ import json
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 from urllib.parse import parse_qs, urlsplit
 
-from exporter.k8s.allocations import ContainerDevices, PodContainers
-from exporter.k8s.devices import dra_mig_names
-from exporter.k8s.pods import CONFIG_HASH_ANNOTATION, PodIndex, pod_from_api
 from exporter.sim.model import PodSpec, Scenario
+
+if TYPE_CHECKING:  # exporter.k8s loads where pods are served: a node without pods needs only the cgroup files
+    from exporter.k8s.allocations import ContainerDevices, PodContainers
 
 HOST_CGROUP = "0::/user.slice/user-1000.slice/session-1.scope\n"  # a process outside Kubernetes
 _SCHEMES = {"containerd": "containerd://", "cri-o": "cri-o://", "docker": "docker://"}
@@ -97,6 +96,8 @@ def pod_object(pod: PodSpec, containers: list[str], resource_version: int = 1, p
         "labels": {"app": pod.name.split("-")[0]},
     }
     if static:
+        from exporter.k8s.pods import CONFIG_HASH_ANNOTATION
+
         metadata["annotations"] = {CONFIG_HASH_ANNOTATION: pod.uid, "kubernetes.io/config.mirror": pod.uid,
                                    "kubernetes.io/config.source": "file"}
     return {
@@ -130,6 +131,8 @@ def dra_device_name(device) -> str:
     inst = device.instance
     if inst is None:
         return f"gpu-{gpu}"
+    from exporter.k8s.devices import dra_mig_names
+
     return dra_mig_names(gpu, inst.profile.name, inst.profile.profile_id, inst.start,
                          inst.profile.memory_slices)[-1]
 
@@ -143,6 +146,8 @@ class SimulatedKube:
     """
 
     def __init__(self, simulation) -> None:
+        from exporter.k8s.pods import PodIndex, pod_from_api
+
         self.simulation = simulation
         self.index = PodIndex()
         self.index.replace_all([pod_from_api(obj) for obj in pod_objects(simulation.scenario)])
@@ -189,6 +194,8 @@ class SimulatedKube:
             ids = devices.setdefault(group, [])
             if device_id not in ids:
                 ids.append(device_id)
+        from exporter.k8s.allocations import ContainerDevices, PodContainers
+
         pods = [PodContainers(ns, name, tuple(names)) for (ns, name), names in sorted(containers.items())]
         allocs = [ContainerDevices(ns, pod, container, resource, tuple(ids), claim=claim)
                   for (ns, pod, container, resource, claim), ids in sorted(devices.items())]
@@ -250,6 +257,8 @@ class FakeApiServer:
         self.requests: list[str] = []
         for pod in pods:
             self.add(pod)
+        from http.server import ThreadingHTTPServer  # here: a simulated node without tests never serves
+
         handler = self._handler()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
@@ -305,6 +314,8 @@ class FakeApiServer:
     # -- HTTP ---------------------------------------------------------------------------
 
     def _handler(self):
+        from http.server import BaseHTTPRequestHandler
+
         fake = self
 
         class Handler(BaseHTTPRequestHandler):

@@ -24,6 +24,7 @@ ever removed.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import tempfile
@@ -55,7 +56,14 @@ class ProcEntry:
     cgroup: str = ""  # <pid>/cgroup contents (exporter.sim.kube.cgroup_file); "" = not written
 
 
+# What makes shlex.split differ from str.split: quotes, backslashes, and whitespace other than the
+# four characters shlex splits on (str.split splits on every Unicode space, shlex does not).
+_SHLEX_SPECIAL = re.compile(r"['\"\\]|[^\S \t\r\n]")
+
+
 def _argv(cmdline: str) -> list[str]:
+    if _SHLEX_SPECIAL.search(cmdline) is None:
+        return cmdline.split()  # shlex.split's words, without its character-by-character reader
     try:
         return shlex.split(cmdline)
     except ValueError:  # unbalanced quotes: keep the words as written
@@ -144,6 +152,18 @@ def _scratch_dir() -> str | None:
     return None
 
 
+def _put(path: str, data: bytes) -> None:
+    """Write a whole small file: a fake /proc is a thousand of them (a node of 84 processes), and
+    os.open/os.write cost a third less than a buffered file object each."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
 class FakeProcfs:
     """Keeps ``root`` in step with the set of live processes given to ``sync``."""
 
@@ -183,17 +203,16 @@ class FakeProcfs:
         if e.cgroup:
             files["cgroup"] = e.cgroup.encode()
         for name, data in files.items():
-            with open(os.path.join(directory, name), "wb") as fh:
-                fh.write(data)
+            _put(os.path.join(directory, name), data)
         for name, target in process_links(e).items():
-            path = os.path.join(directory, name)
-            if not os.path.lexists(path):
-                os.symlink(target, path)
+            try:
+                os.symlink(target, os.path.join(directory, name))
+            except FileExistsError:  # written before (the pid's entry changed): the links stay
+                pass
         task = os.path.join(directory, "task", str(e.pid))
         os.makedirs(task, exist_ok=True)
         for name in ("stat", "status"):
-            with open(os.path.join(task, name), "wb") as fh:
-                fh.write(files[name])
+            _put(os.path.join(task, name), files[name])
 
     def mirror_host(self, host_proc: str = "/proc", pid: int | None = None) -> None:
         """Link the host-wide files and ``pid`` (default: this process) and its ancestors to

@@ -17,7 +17,6 @@ from exporter.errors import UserError
 from exporter.inputs import SafeInputLoader, load_fast, value_problem
 from exporter.sim import scenario_events
 from exporter.sim.model import DEFAULT_DRIVER_VERSION, GpuSpec, Scenario
-from exporter.sim.fakedcgm.spec import parse_dcgm_section
 from exporter.sim.scenario_events import mig_layout, model_at
 from exporter.sim.scenario_fields import (
     Invalid, as_bool, as_bytes, as_count, as_duration, as_int, as_list, as_number, as_ratio, as_str,
@@ -138,6 +137,8 @@ def _parse(data: dict, source: str) -> Scenario:
     raw_procs = as_list(data.get("processes") or [], "processes")
     processes = parse_processes(raw_procs, gpus, layouts, events, duration, presence)
     if "dcgm" in data:  # optional: DCGM on the simulated host (exporter/sim/fakedcgm/spec.py)
+        from exporter.sim.fakedcgm.spec import parse_dcgm_section  # only a scenario with DCGM loads it
+
         extra["dcgm"] = parse_dcgm_section(data["dcgm"], len(gpus), duration)
     return Scenario(name=name, source=source, duration=duration, gpus=gpus,
                     processes=processes, events=events, **extra)

@@ -161,11 +161,14 @@ def _env(raw: Any, path: str) -> dict[str, str]:
 def _check_pids(processes: tuple[ProcessSpec, ...]) -> None:
     """A pid may repeat only when the lifetimes [start, end) do not overlap (pid reuse)."""
     inf = float("inf")
+    earlier: dict[int, list[int]] = {}  # pid -> indices so far: the same first clash as comparing every pair
     for j, b in enumerate(processes):
-        for i, a in enumerate(processes[:j]):
-            if a.pid == b.pid and a.start < (b.end or inf) and b.start < (a.end or inf):
+        for i in earlier.get(b.pid, ()):
+            a = processes[i]
+            if a.start < (b.end or inf) and b.start < (a.end or inf):
                 fail(key(item("processes", j), "pid"), f"pid {a.pid} is already used by "
                      f"processes[{i}] during an overlapping lifetime")
+        earlier.setdefault(b.pid, []).append(j)
 
 
 def _check_start_memory(processes: tuple[ProcessSpec, ...], gpus, layouts) -> None:

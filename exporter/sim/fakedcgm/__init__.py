@@ -15,16 +15,21 @@ takes it away again.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from exporter.sim.fakedcgm import registry
-from exporter.sim.fakedcgm.hostengine import FakeDcgmLib
-from exporter.sim.fakedcgm.spec import DcgmSpec
+
+if TYPE_CHECKING:  # the host engine loads at install(): reading a scenario's dcgm section (spec) does not need it
+    from exporter.sim.fakedcgm.hostengine import FakeDcgmLib
+    from exporter.sim.fakedcgm.spec import DcgmSpec
 
 BINDINGS_DIR = str(Path(__file__).resolve().parent / "bindings")
 
 
 def install(sim, spec: DcgmSpec) -> FakeDcgmLib:
     """Register a simulated libdcgm for ``sim``; the fake bindings load it from now on."""
+    from exporter.sim.fakedcgm.hostengine import FakeDcgmLib
+
     lib = FakeDcgmLib(sim, spec)
     registry.install(lib)
     return lib
@@ -32,6 +37,14 @@ def install(sim, spec: DcgmSpec) -> FakeDcgmLib:
 
 def uninstall(lib: FakeDcgmLib) -> None:
     registry.uninstall(lib)
+
+
+def __getattr__(name: str):
+    if name == "FakeDcgmLib":
+        from exporter.sim.fakedcgm.hostengine import FakeDcgmLib
+
+        return FakeDcgmLib
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["BINDINGS_DIR", "FakeDcgmLib", "install", "uninstall"]
