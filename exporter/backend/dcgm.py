@@ -72,8 +72,7 @@ class DcgmBackend:
         session = self.source.session
         if session is not None and session.gpu_index:  # kept while the host engine is away
             self._gpu_ids = {index: gpu_id for gpu_id, index in session.gpu_index.items()}
-        gpus = tuple(self._merge_gpu(dataclasses.replace(gpu, dcgm_gpu_id=self._gpu_ids.get(gpu.index)), reading)
-                     for gpu in snapshot.gpus)
+        gpus = tuple(self._merge_gpu(gpu, reading, self._gpu_ids.get(gpu.index)) for gpu in snapshot.gpus)
         section_ok = dict(snapshot.section_ok)
         for section, _, _ in reading.value_errors:
             section_ok[section] = False
@@ -85,10 +84,10 @@ class DcgmBackend:
             backend_reason=self.reason)
 
     @staticmethod
-    def _merge_gpu(gpu: GpuInfo, reading: DcgmReading) -> GpuInfo:
+    def _merge_gpu(gpu: GpuInfo, reading: DcgmReading, gpu_id: int | None) -> GpuInfo:
+        changes: dict = {"dcgm_gpu_id": gpu_id}  # one replace per GPU: a poll makes few copies
         if not gpu.up:
-            return gpu
-        changes: dict = {}
+            return dataclasses.replace(gpu, **changes)
         device = reading.device.get(gpu.index)
         if device is not None:
             parts = device_values({fid: r.value for fid, r in device.items()})
@@ -103,7 +102,7 @@ class DcgmBackend:
                 dataclasses.replace(inst, activity=activity(
                     {fid: r.value for fid, r in reading.profiling.get((gpu.index, inst.gi), {}).items()}))
                 for inst in gpu.mig_instances)
-        return dataclasses.replace(gpu, **changes) if changes else gpu
+        return dataclasses.replace(gpu, **changes)
 
     @property
     def calls_last_poll(self) -> int:
