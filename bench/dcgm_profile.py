@@ -109,9 +109,10 @@ def report(label: str, kind: str, timed: dict, stats: pstats.Stats, polls: int, 
     print(f"\n== {label}, backend {kind}: exporter {exporter_ms:.2f} ms per poll (timed), {timed['samples']} series; "
           f"simulator apart: fake NVML {timed['fake_nvml_ms']:.2f}, host engine {timed['fake_dcgm_ms']:.2f}")
     out = {}
+    print(f"  {'room':58} {'scaled':>9} {'profiled':>9}  (ms per poll)")
     for room, seconds in sorted(exp_rooms.items(), key=lambda kv: -kv[1]):
         out[room] = 1000 * seconds / polls * scale
-        print(f"  {room:58} {out[room]:7.3f} ms")
+        print(f"  {room:58} {out[room]:9.3f} {1000 * seconds / polls:9.3f}")
     for room, seconds in sorted(rooms.items()):
         if room.startswith("sim:"):
             print(f"  ({room}, profiled, unscaled {1000 * seconds / polls:.2f} ms)")
