@@ -2,6 +2,8 @@
 
     python bench/dcgm_profile.py                  # the one-GPU MIG nodes, 40 polls per backend
     python bench/dcgm_profile.py --all --polls 20 # also the mixed H100 node and 8x A100 all-1g MIG
+    python bench/dcgm_profile.py --smoke          # one scenario, 3 polls (tests/test_bench_smoke.py)
+    PYTHONPATH=<other checkout> python bench/dcgm_profile.py   # that checkout's exporter
 
 Polls exactly as bench/dcgm_bench.py does (its ``setup``), in two passes per backend:
 
@@ -36,9 +38,13 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p] + [str(HERE.parent), str(HERE)]
 
 import dcgm_bench  # noqa: E402
+import exporter  # noqa: E402
 import poll_profile  # noqa: E402
 from perf.anatomy import _patched  # noqa: E402
 
+# The exporter PYTHONPATH chose (`PYTHONPATH=<other checkout>` profiles that one): its files get
+# the rooms this checkout's would.
+IMPORTED = os.path.dirname(exporter.__file__) + os.sep
 BINDINGS_ROOM = "exporter: DCGM bindings (wrappers, structs)"
 SIM_ROOMS = (
     ("sim: fake DCGM host engine", ("sim/fakedcgm/",)),
@@ -55,6 +61,8 @@ ACCESSORS = ("__setattr__", "__getattribute__", "__getattr__", "_decoded")
 def room_of(func) -> str | None:
     """poll_profile's rooms, with the DCGM bindings counted as the exporter's (real ones are Python too)."""
     filename, _, name = func
+    if filename.startswith(IMPORTED):
+        filename = poll_profile.ROOT + filename[len(IMPORTED):]
     if name in ACCESSORS and ("fakedcgm/bindings/" in filename or os.path.basename(filename) == "pynvml.py"):
         return None
     root = poll_profile.ROOT
@@ -132,6 +140,7 @@ def main(argv=None) -> int:
     parser.add_argument("--polls", type=int, default=40, help="polls per backend and pass")
     parser.add_argument("--top", type=int, default=12, help="calls listed per backend")
     parser.add_argument("--all", action="store_true", help="also the two 8-GPU nodes")
+    parser.add_argument("--smoke", action="store_true", help="one scenario, three polls (harness check)")
     args = parser.parse_args(argv)
     import logging
     import tempfile
@@ -139,7 +148,9 @@ def main(argv=None) -> int:
     logging.disable(logging.WARNING)
     cases = [("a100-40gb-two-3g@300s", dcgm_bench.SCENARIOS / "a100-40gb-two-3g.yaml", 300.0),
              ("a30-mig-dcgm@240s", dcgm_bench.SCENARIOS / "a30-mig-dcgm.yaml", 240.0)]
-    if args.all:
+    if args.smoke:
+        cases, args.polls = cases[:1], 3
+    elif args.all:
         tmp = Path(tempfile.mkdtemp(prefix="gpushare-dcgm-profile-"))
         cases += [("h100-mixed-node@600s", dcgm_bench.SCENARIOS / "h100-mixed-node.yaml", 600.0),
                   ("8xA100 7x1g MIG", dcgm_bench.a100_node(tmp), 60.0)]

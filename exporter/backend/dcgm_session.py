@@ -20,6 +20,7 @@ import ctypes
 import itertools
 import os
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from exporter.backend.dcgm_bindings import Bindings
 from exporter.backend.dcgm_caller import FUNCTION_NOT_FOUND, PROFILING_NOT_SUPPORTED, DcgmCaller, DcgmError
@@ -47,10 +48,8 @@ class DcgmAddress:
         return self.connection_string
 
 
-@dataclass(frozen=True)
-class _Batch:
-    """The arguments of one dcgmEntitiesGetLatestValues read: entity pairs, field ids, and the
-    c_dcgmFieldValue_v2 array it fills (about 4 KiB per value: the union holds a blob)."""
+class _Batch(NamedTuple):
+    """The C arrays of one dcgmEntitiesGetLatestValues read (values: ~4 KiB each, a blob union)."""
 
     pairs: object
     entities: int
@@ -252,7 +251,7 @@ class DcgmSession:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def _batch(self, entities: list[tuple[int, int]], fields: tuple[int, ...]) -> "_Batch":
+    def _batch(self, entities: list[tuple[int, int]], fields: tuple[int, ...]) -> _Batch:
         """The C arrays of one read, built once per watch set (close_watches() drops them)."""
         key = (tuple(entities), fields)
         batch = self._batches.get(key)
@@ -273,7 +272,7 @@ class DcgmSession:
         values = self.caller.run("dcgmEntitiesGetLatestValues", self._get_latest, batch)
         return self._decode.entity_readings(values)
 
-    def _get_latest(self, batch: "_Batch"):
+    def _get_latest(self, batch: _Batch):
         """What dcgm_agent.dcgmEntitiesGetLatestValues does (the symbol from _dcgmGetFunctionPointer,
         arguments as it passes them, _dcgmCheckReturn), on arrays made once instead of per call.
 

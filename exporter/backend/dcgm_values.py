@@ -201,10 +201,11 @@ _CODES = {1: "b", 2: "h", 4: "i", 8: "q"}
 
 
 def _struct(parts: list[tuple[int, int, type]], size: int) -> struct.Struct | None:
-    """A struct reading ``parts`` ((offset, size, ctypes type), in offset order) out of a record
-    of ``size`` bytes, native byte order; None for a type it cannot read as a number."""
+    """A struct reading ``parts`` ((offset, size, ctypes type)) in their order out of a record of
+    ``size`` bytes, native byte order; None for a type it cannot read as a number, or parts out
+    of offset order (the values would come out in another order than asked)."""
     fmt, position = "=", 0
-    for offset, width, ctype in sorted(parts, key=lambda part: part[0]):
+    for offset, width, ctype in parts:
         code = getattr(ctype, "_type_", None)
         if code == "d" and width == 8:
             pass
