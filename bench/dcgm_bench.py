@@ -92,8 +92,9 @@ def a100_node(tmp: Path, gpus: int = 8) -> Path:
     return path
 
 
-def cost(path: Path, backend_kind: str, start_at: float, polls: int, warmup: int = 4) -> dict:
-    """Median per-poll figures of one backend on one scenario."""
+def setup(path: Path, backend_kind: str, start_at: float, warmup: int = 4):
+    """(backend, poller, advance) after ``warmup`` polls, as the measured polls run them:
+    ``advance()`` moves the simulation one virtual second on. Close the backend after."""
     from exporter.backend.choose import DcgmOptions
     from exporter.backend.sim import SimBackend
     from exporter.commands.serve import make_poller
@@ -110,12 +111,22 @@ def cost(path: Path, backend_kind: str, start_at: float, polls: int, warmup: int
 
     poller = make_poller(backend, 1.0, Foresight())
     backend.open()
-    timer, nvml_timer = EngineTimer(), FakeLibTimer()
     try:
         for _ in range(warmup):
             advance()
             poller.poll_once()
-        poller._prerender = PrerenderPlan()  # no scraper: the measured polls encode nothing
+    except BaseException:
+        backend.close()
+        raise
+    poller._prerender = PrerenderPlan()  # no scraper: the measured polls encode nothing
+    return backend, poller, advance
+
+
+def cost(path: Path, backend_kind: str, start_at: float, polls: int, warmup: int = 4) -> dict:
+    """Median per-poll figures of one backend on one scenario."""
+    backend, poller, advance = setup(path, backend_kind, start_at, warmup)
+    timer, nvml_timer = EngineTimer(), FakeLibTimer()
+    try:
         inner = backend.inner
         api = backend.nvml.caller.calls_by_name
         sim_span = _Span()

@@ -85,8 +85,11 @@ def room_of_file(filename: str) -> str | None:
     return None
 
 
-def attribute(stats: pstats.Stats) -> tuple[Counter, dict[str, Counter]]:
-    """({room: own seconds}, {room: {function: own seconds}}), library time given to callers."""
+def attribute(stats: pstats.Stats, room_of=None) -> tuple[Counter, dict[str, Counter]]:
+    """({room: own seconds}, {room: {function: own seconds}}), library time given to callers;
+    ``room_of((filename, line, name))`` names a function's room (None: its callers'; default:
+    room_of_file)."""
+    room_of = room_of or (lambda func: room_of_file(func[0]))
     raw = stats.stats  # {func: (cc, nc, tt, ct, callers)}; callers: {caller: (cc, nc, tt, ct)}
     memo: dict = {}
 
@@ -94,7 +97,7 @@ def attribute(stats: pstats.Stats) -> tuple[Counter, dict[str, Counter]]:
         """{(room, named function): fraction} that ``func``'s own time belongs to."""
         if func in memo:
             return memo[func]
-        room = room_of_file(func[0])
+        room = room_of(func)
         if room is not None or depth > 40:
             result = {(room or OTHER, func): 1.0}
         else:

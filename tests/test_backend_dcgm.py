@@ -145,3 +145,40 @@ def test_every_activity_field_is_named_in_the_snapshot():
     from exporter.backend.dcgm_values import PROFILING_FIELDS
 
     assert set(PROFILING_FIELDS.values()) == set(ACTIVITY_FIELDS)
+
+
+def test_merge_copies_equal_dataclasses_replace(tmp_path):
+    """The DCGM backend's cheap copy (exporter.backend.dcgm.replace) gives what dataclasses.replace
+    gives for every kind of object a poll merges (Snapshot, GpuInfo, DeviceHealth, MIG instances),
+    and leaves classes it does not fit, and names that are not fields, to dataclasses.replace."""
+    import dataclasses
+
+    from exporter.backend.dcgm import replace
+
+    path = write_scenario(tmp_path, mig_scenario("A30", CASES["A30"], seed=0.2))
+    run = Run(path, "dcgm")
+    try:
+        run.poll(60)
+        snapshot = run.snapshot
+    finally:
+        run.close()
+    gpu = snapshot.gpus[0]
+    objects = [(snapshot, {"backend": "x", "gpus": ()}), (gpu, {"dcgm_gpu_id": 7, "power_watts": 1.5}),
+               (gpu.health, {"pcie_replay_errors": 3}), (gpu.mig_instances[0], {"profile": "7g.80gb"})]
+    for obj, changes in objects:
+        copy = replace(obj, **changes)
+        assert copy == dataclasses.replace(obj, **changes) and copy is not obj and type(copy) is type(obj)
+        assert obj != copy and vars(copy).keys() == vars(obj).keys()  # the original is untouched
+    with pytest.raises(TypeError):
+        replace(gpu, no_such_field=1)
+
+    @dataclasses.dataclass(frozen=True)
+    class Checked:
+        ratio: float
+
+        def __post_init__(self):
+            if not 0 <= self.ratio <= 1:
+                raise ValueError("ratio out of range")
+
+    with pytest.raises(ValueError):
+        replace(Checked(0.5), ratio=2.0)  # __post_init__ still runs

@@ -88,6 +88,20 @@ def test_dcgm_bench_smoke_reports_both_backends():
     assert int(rows["dcgm"][4]) > int(rows["nvml"][4])
 
 
+def test_dcgm_profile_smoke_splits_both_backends_by_room():
+    """bench/dcgm_profile.py --smoke profiles an NVML and a DCGM poll of the A100 MIG node: the DCGM
+    one has the rooms only DCGM has (the bindings' wrappers, the DCGM backend), the NVML one not,
+    and the simulated host engine is listed apart from the exporter's rooms."""
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "dcgm_profile.py"), "--smoke"], cwd=REPO,
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    nvml, dcgm = out.stdout.split("backend dcgm:")
+    assert "backend nvml:" in nvml and "exporter: collectors" in nvml and "exporter: collectors" in dcgm
+    for room in ("exporter: DCGM bindings", "exporter: backend reads (DCGM)", "(sim: fake DCGM host engine"):
+        assert room in dcgm and room not in nvml
+    assert re.search(r"^\s+[+-]\d+\.\d+\s+exporter: backend reads \(DCGM\)$", dcgm, re.M)
+
+
 REAL_DCGM = REPO / "bench" / "real_dcgm_smoke.py"
 
 

@@ -101,15 +101,57 @@ def test_batched_decode_matches_value_by_value():
     assert decoder.entity_readings(values) == expected
     assert decoder.entity_readings(list(values)) == expected
     assert expected[(1, 0)][100].value == 41.5 and expected[(4, 0)][101].value is None
-    assert decoder._numeric_reader(B.structs.c_dcgmFieldValue_v2) is not None  # the fast path is the one tested
+    assert decoder._layout(B.structs.c_dcgmFieldValue_v2) is not None  # the fast path is the one tested
 
     class Described(B.structs.c_dcgmFieldValue_v2):  # a member that is not a plain ctypes field
         status = property(lambda self: -6)
 
-    assert decoder._numeric_reader(Described) is None
-    odd = Described()
-    odd.fieldType = ord("d")
-    assert decoder.entity_readings([odd]) == {(0, 0): {0: decode(B, odd)}} and decode(B, odd).status == -6
+    assert decoder._layout(Described) is None
+    odd = (Described * 1)()
+    odd[0].fieldType = ord("d")
+    assert decoder.entity_readings(odd) == {(0, 0): {0: decode(B, odd[0])}} and decode(B, odd[0]).status == -6
+
+
+def test_session_reads_what_the_bindings_wrapper_reads(engine):
+    """DcgmSession reads through libdcgm's symbol on arrays it keeps across polls; each poll's
+    Readings equal those of the bindings' own dcgmEntitiesGetLatestValues, decoded value by
+    value: with errors (an unknown GPU instance, an unwatched field), after the values changed,
+    and with a second read set in between."""
+    from exporter.backend.dcgm_caller import DcgmCaller
+    from exporter.backend.dcgm_session import FE_GPU, FE_GPU_I, DcgmSession
+
+    sim, _, handle = engine
+    session = DcgmSession(B, DcgmCaller(B), None, 1.0)
+    session.handle = handle
+    session.gpu_index = {3: 0, 1: 1}
+    session.watch_device()
+    session.update_all()
+    gpus = [(FE_GPU, 3), (FE_GPU, 1), (FE_GPU_I, 999)]
+    device = (155, 156, 150, 100, 1002)  # 1002 is not watched: an error per GPU
+
+    def wrapper_readings(entities, fields):
+        pairs = []
+        for group, entity in entities:
+            pair = B.structs.c_dcgmGroupEntityPair_t()
+            pair.entityGroupId, pair.entityId = group, entity
+            pairs.append(pair)
+        out: dict = {}
+        for fv in B.agent.dcgmEntitiesGetLatestValues(handle, pairs, list(fields), 0):
+            out.setdefault((fv.entityGroupId, fv.entityId), {})[fv.fieldId] = decode(B, fv)
+        return out
+
+    seen = []
+    for t in (30.0, 90.0):
+        sim.advance_to(t)
+        first = session._latest(gpus, device)
+        session._latest(gpus[:1], (155,))  # another read set between this poll's two reads
+        assert first == wrapper_readings(gpus, device) == session._latest(gpus, device)
+        seen.append(first)
+    assert len(session._batches) == 2  # built once, reused by the second poll
+    assert seen[0][(FE_GPU, 3)][155].value is not None and seen[0][(FE_GPU, 3)][1002].status != 0
+    assert seen[0][(FE_GPU_I, 999)][155].status != 0
+    # energy moved on between the polls: nothing stale was read
+    assert seen[1][(FE_GPU, 3)][156].value > seen[0][(FE_GPU, 3)][156].value
 
 
 def test_library_not_installed():

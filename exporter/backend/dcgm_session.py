@@ -16,9 +16,11 @@ they must be unique on a host engine that other clients share.
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import os
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from exporter.backend.dcgm_bindings import Bindings
 from exporter.backend.dcgm_caller import FUNCTION_NOT_FOUND, PROFILING_NOT_SUPPORTED, DcgmCaller, DcgmError
@@ -44,6 +46,16 @@ class DcgmAddress:
 
     def __str__(self) -> str:
         return self.connection_string
+
+
+class _Batch(NamedTuple):
+    """The C arrays of one dcgmEntitiesGetLatestValues read (values: ~4 KiB each, a blob union)."""
+
+    pairs: object
+    entities: int
+    field_ids: object
+    fields: int
+    values: object
 
 
 @dataclass
@@ -76,7 +88,7 @@ class DcgmSession:
         self._field_groups: dict[tuple[int, ...], object] = {}
         self._seq = itertools.count(1)
         self._decode = Decoder(bindings)
-        self._pair_cache: dict[tuple, list] = {}
+        self._batches: dict[tuple, _Batch] = {}  # (entities, fields) -> its C arrays
 
     @property
     def where(self) -> str:
@@ -127,6 +139,7 @@ class DcgmSession:
             self._quietly("dcgmFieldGroupDestroy", self.handle, group)
         self.profiling.clear()
         self._field_groups.clear()
+        self._batches.clear()
         self.device_group = None
 
     def close(self) -> None:
@@ -238,25 +251,40 @@ class DcgmSession:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def _pairs(self, entities: list[tuple[int, int]]) -> list:
-        """c_dcgmGroupEntityPair_t for each entity (kept: the same lists are read every poll)."""
-        key = tuple(entities)
-        pairs = self._pair_cache.get(key)
-        if pairs is None:
-            pairs = []
-            for entity_group, entity_id in entities:
-                pair = self.b.structs.c_dcgmGroupEntityPair_t()
+    def _batch(self, entities: list[tuple[int, int]], fields: tuple[int, ...]) -> _Batch:
+        """The C arrays of one read, built once per watch set (close_watches() drops them)."""
+        key = (tuple(entities), fields)
+        batch = self._batches.get(key)
+        if batch is None:
+            if len(self._batches) >= 8:  # watch sets retried over and over: keep memory bounded
+                self._batches.clear()
+            structs = self.b.structs
+            pairs = (structs.c_dcgmGroupEntityPair_t * len(entities))()
+            for pair, (entity_group, entity_id) in zip(pairs, entities):
                 pair.entityGroupId, pair.entityId = entity_group, entity_id
-                pairs.append(pair)
-            if len(self._pair_cache) > 64:  # entity sets change only when GPUs or MIG layouts do
-                self._pair_cache.clear()
-            self._pair_cache[key] = pairs
-        return pairs
+            batch = self._batches[key] = _Batch(
+                pairs, len(entities), (ctypes.c_uint16 * len(fields))(*fields), len(fields),
+                (structs.c_dcgmFieldValue_v2 * (len(entities) * len(fields)))())
+        return batch
 
     def _latest(self, entities: list[tuple[int, int]], fields: tuple[int, ...]):
-        pairs = self._pairs(entities)
-        values = self.caller.call("dcgmEntitiesGetLatestValues", self.handle, pairs, list(fields), 0)
+        batch = self._batch(entities, fields)
+        values = self.caller.run("dcgmEntitiesGetLatestValues", self._get_latest, batch)
         return self._decode.entity_readings(values)
+
+    def _get_latest(self, batch: _Batch):
+        """What dcgm_agent.dcgmEntitiesGetLatestValues does (the symbol from _dcgmGetFunctionPointer,
+        arguments as it passes them, _dcgmCheckReturn), on arrays made once instead of per call.
+
+        Reusing the values array is safe: on success libdcgm writes every element (it fails
+        unless it has entities x fields values; NVIDIA/DCGM dcgmlib/src/DcgmApi.cpp,
+        tsapiEntitiesGetLatestValues), and the elements are decoded before the next call."""
+        structs = self.b.structs
+        fn = structs._dcgmGetFunctionPointer("dcgmEntitiesGetLatestValues")
+        ret = fn(self.handle, batch.pairs, ctypes.c_uint(batch.entities), batch.field_ids,
+                 ctypes.c_uint(batch.fields), 0, batch.values)
+        structs._dcgmCheckReturn(ret)
+        return batch.values
 
     def read_device(self) -> dict[int, dict[int, Reading]]:
         """NVML index -> {field id: Reading} for every watched GPU."""

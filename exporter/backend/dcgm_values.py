@@ -8,8 +8,9 @@ DCGM 4.5 returns blanks where 4.4 returned 0). None is exported as an absent ser
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Mapping
+import ctypes
+import struct
+from typing import Mapping, NamedTuple
 
 from exporter.snapshot import Activity
 
@@ -70,12 +71,18 @@ PROFILING_PROVIDES = frozenset({"activity", "mig_activity"})
 FIELD_LABELS = {fid: f"dcgm:{fid}:{what}" for fid, what in {**DEVICE_FIELDS, **PROFILING_FIELDS}.items()}
 
 
-@dataclass(frozen=True, slots=True)
-class Reading:
-    """One field value as read: ``value`` None when blank or failed; ``status`` the DCGM_ST_* code."""
+class Reading(NamedTuple):
+    """One field value as read: ``value`` None when blank or failed; ``status`` the DCGM_ST_* code.
+
+    A named tuple: a MIG node's poll makes hundreds, and a tuple is made several times faster
+    than a frozen dataclass (Decoder.entity_readings makes them with tuple.__new__)."""
 
     value: float | int | str | None
     status: int = 0
+
+
+BLANK = Reading(None)  # a blank value (no status): shared, not made per value
+_new_tuple = tuple.__new__
 
 
 class Decoder:
@@ -94,7 +101,7 @@ class Decoder:
         self.fp64_blank = value.DCGM_FP64_BLANK
         self.int64_blank = value.DCGM_INT64_BLANK
         self.str_is_blank = value.DCGM_STR_IS_BLANK
-        self._readers: dict[type, tuple | None] = {}
+        self._layouts: dict[type, tuple | None] = {}
 
     def __call__(self, fv) -> Reading:
         status = fv.status
@@ -118,69 +125,101 @@ class Decoder:
         """(entityGroupId, entityId) -> {fieldId: Reading} for the values of one
         dcgmEntitiesGetLatestValues call (same Readings as calling the decoder on each).
 
-        The bindings' structures decode every attribute read in Python (C strings to str);
-        numbers need none, so they are read through the ctypes field descriptors, once per
-        value: several times cheaper on a MIG node's hundreds of values per poll.
+        The bindings' structures decode every attribute read in Python (C strings to str) and
+        make an object per element read; numbers need neither, so a ctypes array of plain
+        ctypes fields is read with struct, straight from its buffer (one C call per value and
+        kind). Strings, errors and anything else take the bindings' own path, value by value.
         """
         out: dict[tuple[int, int], dict[int, Reading]] = {}
-        if not len(values):
+        layout = self._layout(values._type_) if isinstance(values, ctypes.Array) else None
+        if layout is None:
+            for fv in values:  # the order of the returned values is not guaranteed
+                _put(out, (fv.entityGroupId, fv.entityId), fv.fieldId, self(fv))
             return out
-        fast = self._numeric_reader(type(values[0]))
-        for fv in values:  # the order of the returned values is not guaranteed
-            if fast is not None and type(fv) is fast[0]:
-                entity, fid, reading = fast[1](fv)
-            else:
-                entity, fid, reading = (fv.entityGroupId, fv.entityId), fv.fieldId, self(fv)
-            per_entity = out.get(entity)
+        numbers, doubles = layout
+        double, ints, fp64_blank, int64_blank = self.double, self.ints, self.fp64_blank, self.int64_blank
+        for n, ((group, entity, fid, kind, status, number), (dbl,)) in enumerate(
+                zip(numbers.iter_unpack(values), doubles.iter_unpack(values))):
+            if status == 0 and kind == double:
+                reading = BLANK if dbl >= fp64_blank else _new_tuple(Reading, (float(dbl), 0))
+            elif status == 0 and kind in ints:
+                reading = BLANK if number >= int64_blank else _new_tuple(Reading, (int(number), 0))
+            else:  # errors, strings: the bindings' own path
+                reading = self(values[n])
+            per_entity = out.get((group, entity))
             if per_entity is None:
-                per_entity = out[entity] = {}
+                per_entity = out[(group, entity)] = {}
             per_entity[fid] = reading
         return out
 
-    def _numeric_reader(self, cls):
-        """(cls, read) where read(fv) -> ((group, entity), fieldId, Reading); None when ``cls``
-        is not a ctypes structure with the fields of c_dcgmFieldValue_v1/v2 (then each value
-        is read through the bindings)."""
-        cached = self._readers.get(cls, False)
+    def _layout(self, cls):
+        """(numbers, doubles): structs reading (entityGroupId, entityId, fieldId, fieldType,
+        status, value.i64) and (value.dbl,) from each element of an array of ``cls``, laid out
+        by its ctypes fields; None unless every one is a plain ctypes field of a size struct knows."""
+        cached = self._layouts.get(cls, False)
         if cached is not False:
             return cached
-        names = ("entityGroupId", "entityId", "fieldId", "fieldType", "status", "value")
-        getters = [_field_getter(cls, name) for name in names]
-        union_cls = dict(field[:2] for field in getattr(cls, "_fields_", ())).get("value")
-        dbl, i64 = _field_getter(union_cls, "dbl"), _field_getter(union_cls, "i64")
-        reader = None
-        if None not in getters and dbl is not None and i64 is not None:
-            group, entity, field, ftype, status, value = getters
-            double, ints, fp64_blank, int64_blank = self.double, self.ints, self.fp64_blank, self.int64_blank
-
-            def read(fv):
-                code = status(fv)
-                kind = ftype(fv)
-                if code == 0 and kind == double:
-                    number = dbl(value(fv))
-                    reading = Reading(None if number >= fp64_blank else float(number))
-                elif code == 0 and kind in ints:
-                    number = i64(value(fv))
-                    reading = Reading(None if number >= int64_blank else int(number))
-                else:  # errors, strings, a char fieldType: the bindings' own path
-                    reading = self(fv)
-                return (group(fv), entity(fv)), field(fv), reading
-
-            reader = (cls, read)
-        self._readers[cls] = reader
-        return reader
+        parts = [_field(cls, name) for name in ("entityGroupId", "entityId", "fieldId", "fieldType", "status")]
+        value = _field(cls, "value")
+        i64 = dbl = None
+        if value is not None:
+            i64, dbl = _field(value[2], "i64"), _field(value[2], "dbl")
+        layout = None
+        if None not in parts and i64 is not None and dbl is not None:
+            size = ctypes.sizeof(cls)
+            numbers = _struct(parts + [(value[0] + i64[0], i64[1], i64[2])], size)
+            doubles = _struct([(value[0] + dbl[0], dbl[1], dbl[2])], size)
+            if numbers is not None and doubles is not None:
+                layout = (numbers, doubles)
+        self._layouts[cls] = layout
+        return layout
 
 
-def _field_getter(cls, name: str):
-    """The getter of ctypes field ``name`` of structure/union ``cls`` (None when it has none)."""
+def _put(out: dict, entity: tuple[int, int], fid: int, reading: Reading) -> None:
+    per_entity = out.get(entity)
+    if per_entity is None:
+        per_entity = out[entity] = {}
+    per_entity[fid] = reading
+
+
+def _field(cls, name: str):
+    """(offset, size, ctypes type) of plain ctypes field ``name`` of structure/union ``cls``;
+    None when it has none (or a property, or a bit field, stands in its place)."""
+    types = {}
+    for klass in reversed(getattr(cls, "__mro__", ())):
+        types.update(field[:2] for field in vars(klass).get("_fields_", ()) if len(field) == 2)
     for klass in getattr(cls, "__mro__", ()):
         descriptor = vars(klass).get(name)
         if descriptor is not None:
-            # ctypes' CField: has offset and size; anything else (a property) is not a plain field
-            if hasattr(descriptor, "offset") and hasattr(descriptor, "size"):
-                return descriptor.__get__
+            if name in types and hasattr(descriptor, "offset") and hasattr(descriptor, "size"):
+                return descriptor.offset, descriptor.size, types[name]
             return None
     return None
+
+
+_CODES = {1: "b", 2: "h", 4: "i", 8: "q"}
+
+
+def _struct(parts: list[tuple[int, int, type]], size: int) -> struct.Struct | None:
+    """A struct reading ``parts`` ((offset, size, ctypes type)) in their order out of a record of
+    ``size`` bytes, native byte order; None for a type it cannot read as a number, or parts out
+    of offset order (the values would come out in another order than asked)."""
+    fmt, position = "=", 0
+    for offset, width, ctype in parts:
+        code = getattr(ctype, "_type_", None)
+        if code == "d" and width == 8:
+            pass
+        elif isinstance(code, str) and code in "bBhHiIlLqQ" and width in _CODES:
+            code = _CODES[width] if code.islower() else _CODES[width].upper()
+        else:
+            return None  # a char fieldType, a nested structure, a bit field: not read this way
+        if offset < position:
+            return None
+        fmt += (f"{offset - position}x" if offset > position else "") + code
+        position = offset + width
+    if position > size:
+        return None
+    return struct.Struct(fmt + (f"{size - position}x" if size > position else ""))
 
 
 def decode(bindings, fv) -> Reading:
