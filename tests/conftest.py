@@ -33,6 +33,18 @@ def promtool() -> str:
     return require_binary("promtool")
 
 
+@pytest.fixture(scope="session")
+def run_shared_dir(tmp_path_factory) -> Path:
+    """A directory for what several modules of one test run compute alike (tests/sim_snapshots.py's
+    shared_series): under pytest-xdist the run's base temporary directory, which every worker's own
+    lies in, so all workers share it; a serial run's own base directory otherwise. Never reused by a
+    later run, whose code may differ."""
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared"
+    path.mkdir(exist_ok=True)
+    return path
+
+
 def require_binary(name: str) -> str:
     """Path of a Debian-packaged tool the tests drive for real (promtool, prometheus, alertmanager)."""
     path = shutil.which(name)

@@ -3,6 +3,8 @@ SCENARIO --at T` prints, one JSON line per time, from one backend so a series co
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 from pathlib import Path
 
 from exporter import snapshot_json
@@ -28,6 +30,22 @@ def snapshot_lines(scenario: str | Path, times: list[float]) -> list[str]:
     finally:
         backend.close()
     return lines
+
+
+def shared_series(shared_dir: Path, scenario: Path, times: list[float]) -> Path:
+    """The series file of ``snapshot_lines(scenario, times)`` in ``shared_dir`` (conftest's
+    ``run_shared_dir``), played once per test run: several modules read the same histories, and the
+    pytest-xdist workers share the directory; the first to ask plays the scenario, another asking
+    meanwhile waits on the lock and reads the same file."""
+    key = hashlib.sha256(scenario.read_bytes() + repr(list(times)).encode()).hexdigest()[:16]
+    path = shared_dir / f"{scenario.stem}-{key}.jsonl"
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            partial = path.with_suffix(".partial")
+            partial.write_text("\n".join(snapshot_lines(scenario, times)) + "\n")
+            partial.replace(path)
+    return path
 
 
 def write_series(path: Path, scenario: str | Path, times: list[float]) -> Path:

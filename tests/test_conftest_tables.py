@@ -16,7 +16,7 @@ TESTS = Path(__file__).resolve().parent
 def _functions(module: str) -> set[str]:
     path = TESTS / f"{module}.py"
     assert path.is_file(), f"tests/{module}.py does not exist"
-    return set(re.findall(r"^(?:async )?def (test_\w+)\(", path.read_text(), re.M))
+    return set(re.findall(r"^(?:async )?def (test_\w+)\(", path.read_text(), re.MULTILINE))
 
 
 @pytest.mark.parametrize("table", ["E2E_TESTS", "TIMED_PROCESSES"])
