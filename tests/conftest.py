@@ -143,7 +143,6 @@ SLOWEST_FIRST: list[tuple[str, str]] = [
     ("test_bench_smoke", "test_foresight_bench_sim_alerts_minutes_before_the_wan_oom"),
     ("test_hardware_alerts_e2e", "test_a_real_prometheus_fires_the_instant_alerts_and_nothing_on_the_healthy_node"),
     ("test_input_errors", "test_workload_plans"),
-    ("test_deploy", "test_builtin_kinds_validate_against_every_supported_kubernetes"),
     ("test_recommend_planner", "test_optimum_equals_brute_force"),
     ("test_bench_smoke", "test_smoke_run_prints_every_table"),
     ("test_recommend_bench", "test_scale_bench_runs_recommend_against_the_synthetic_prometheus"),
