@@ -7,7 +7,7 @@ Half the minute it took went to pip itself, not to the install under test: `venv
 unpacks pip and setuptools into the venv) and pip's isolated build environment (setuptools downloaded
 and installed for every build). Now the venv has no pip: this interpreter's pip installs into it
 (`pip --python`, pip >= 22.3), the wheel a `pip install .` would build is built once with this
-interpreter's setuptools, and pip resolves the runtime dependencies of that wheel from the index as
+interpreter's setuptools (in pip's isolated environment where it has none), and pip resolves the runtime dependencies of that wheel from the index as
 for a user. The venv still holds only the wheel and what its metadata pulls in.
 """
 
@@ -46,7 +46,7 @@ def test_client_runner_works_without_psutil(tmp_path):
     if _pip_can_target_another_python():
         venv.create(env_dir, with_pip=False)
         wheels = tmp_path / "wheels"
-        build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+        build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *_without_build_isolation(),
                                 "-w", str(wheels), str(src)], env=env, capture_output=True, text=True, timeout=600)
         assert build.returncode == 0, build.stderr[-2000:]
         (wheel,) = wheels.glob("gpushare_exporter-*.whl")
@@ -85,3 +85,15 @@ def _pip_can_target_another_python() -> bool:
     except ImportError:
         return False
     return tuple(int(part) for part in __version__.split(".")[:2] if part.isdigit()) >= (22, 3)
+
+
+def _without_build_isolation() -> list[str]:
+    """``--no-build-isolation`` where this interpreter has the setuptools pyproject.toml's build-system
+    asks for (>= 68); otherwise pip builds in its own isolated environment, as for a user."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        major = int(version("setuptools").split(".")[0])
+    except (PackageNotFoundError, ValueError):
+        return []
+    return ["--no-build-isolation"] if major >= 68 else []
