@@ -11,6 +11,7 @@ crash of Prometheus; recommend's queries must cope with that too.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -25,6 +26,7 @@ from pathlib import Path
 from exporter.backend.sim import SimBackend
 from exporter.identity import Identifier
 from exporter.poller import Poller
+from tests.sim_snapshots import shared_file
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = REPO / "examples" / "scenarios"
@@ -52,6 +54,14 @@ def pages(scenario: str | Path, times: list[float]) -> list[tuple[float, str]]:
     finally:
         backend.close()
     return out
+
+
+def shared_pages(shared_dir: Path, scenario: Path, times: list[float]) -> list[tuple[float, str]]:
+    """``pages(scenario, times)``, played once per test run (conftest's ``run_shared_dir``): the
+    Prometheus modules backfill the same scenarios at the same times."""
+    path = shared_file(shared_dir, f"{scenario.stem}-pages", scenario.read_bytes() + repr(list(times)).encode(),
+                       lambda: json.dumps(pages(scenario, times)))
+    return [(t, text) for t, text in json.loads(path.read_text())]
 
 
 def openmetrics(targets: dict, epoch: float, job: str = "gpushare") -> str:

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.conftest import require_binary
-from tests.sim_history import SCENARIOS, BackfilledPrometheus, openmetrics, pages
+from tests.sim_history import SCENARIOS, BackfilledPrometheus, openmetrics, shared_pages
 from tests.test_recommend_prometheus_e2e import EPOCH, TIMES, recommend
 
 pytestmark = pytest.mark.e2e
@@ -27,10 +27,10 @@ AT = f"{EPOCH + 1793:.0f}"
 
 
 @pytest.fixture(scope="module")
-def stores(tmp_path_factory):
+def stores(tmp_path_factory, run_shared_dir):
     prometheus, promtool = require_binary("prometheus"), require_binary("promtool")
-    a = pages(SCENARIOS / "churn-node-a.yaml", TIMES)
-    b = pages(SCENARIOS / "churn-node-b.yaml", TIMES)
+    a = shared_pages(run_shared_dir, SCENARIOS / "churn-node-a.yaml", TIMES)  # as test_recommend_prometheus_e2e's
+    b = shared_pages(run_shared_dir, SCENARIOS / "churn-node-b.yaml", TIMES)
     eu, us = {NODE_A: a, NODE_B: b}, {NODE_A: b}
     both = {**{("eu", n): p for n, p in eu.items()}, **{("us", n): p for n, p in us.items()}}
     made = {}

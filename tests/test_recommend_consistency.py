@@ -10,7 +10,7 @@ import json
 import pytest
 
 from exporter.recommend import command, plan_check
-from tests.sim_snapshots import SCENARIOS, snapshot_lines
+from tests.sim_snapshots import SCENARIOS, shared_series
 
 REPO = SCENARIOS.parent.parent
 WORKLOAD_FILES = sorted((REPO / "examples" / "workloads").glob("*.yaml"))
@@ -25,16 +25,11 @@ def run(capsys, *args) -> str:
 
 
 @pytest.fixture(scope="module")
-def series(tmp_path_factory):
-    """scenario -> snapshot series file written from the simulator."""
-    root = tmp_path_factory.mktemp("histories")
-    out = {}
-    for name in HISTORIES:
-        path = root / f"{name}.jsonl"
-        path.write_text("\n".join(snapshot_lines(SCENARIOS / f"{name}.yaml", [float(t) for t in range(0, 1800, 30)]))
-                        + "\n")
-        out[name] = path
-    return out
+def series(run_shared_dir):
+    """scenario -> snapshot series file written from the simulator (played once per run with
+    test_recommend_operator's fleet, four of the same scenarios at the same times)."""
+    return {name: shared_series(run_shared_dir, SCENARIOS / f"{name}.yaml", [float(t) for t in range(0, 1800, 30)])
+            for name in HISTORIES}
 
 
 @pytest.mark.parametrize("path", WORKLOAD_FILES, ids=lambda p: p.stem)

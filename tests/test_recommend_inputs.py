@@ -22,16 +22,17 @@ from exporter.recommend.observed import ObservedFleet
 from exporter.recommend.plan_file import load_plan, parse_plan
 from exporter.recommend.prometheus_input import Progress, load_prometheus, parse_window
 from exporter.recommend.snapshot_input import add_snapshot, fetch_snapshots, load_snapshot_files, parse_snapshot_text
-from tests.sim_snapshots import SCENARIOS, snapshot_lines
+from tests.sim_snapshots import SCENARIOS, shared_lines, snapshot_lines
 
 GIB = 2**30
 EVERY_15S = [float(t) for t in range(0, 1800, 15)]
 
 
 @pytest.fixture(scope="module")
-def node_a_lines():
-    """churn-node-a watched every 15 s for its 30 minutes, as `exporter snapshot --at T` prints it."""
-    return snapshot_lines(SCENARIOS / "churn-node-a.yaml", EVERY_15S)
+def node_a_lines(run_shared_dir):
+    """churn-node-a watched every 15 s for its 30 minutes, as `exporter snapshot --at T` prints it (played
+    once per run with test_recommend_prometheus_e2e's)."""
+    return shared_lines(run_shared_dir, SCENARIOS / "churn-node-a.yaml", EVERY_15S)
 
 
 def demand_of(tmp_path, lines, node="node-a", **kwargs):

@@ -18,7 +18,7 @@ import yaml
 from exporter.recommend import command, rollout
 from exporter.recommend.plan_file import parse_plan
 from exporter.recommend.report import recommend
-from tests.sim_snapshots import SCENARIOS, snapshot_lines
+from tests.sim_snapshots import SCENARIOS, shared_series, snapshot_lines
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 MIG_SCHEMA = json.loads((SCHEMAS / "mig-parted-config-v1.schema.json").read_text())
@@ -34,14 +34,12 @@ def run(capsys, *args) -> str:
 
 
 @pytest.fixture(scope="module")
-def fleet_args(tmp_path_factory):
-    """Four simulated nodes' histories: MPS, time-slicing and MIG devices, with Kubernetes owners."""
-    root = tmp_path_factory.mktemp("fleet")
+def fleet_args(run_shared_dir):
+    """Four simulated nodes' histories: MPS, time-slicing and MIG devices, with Kubernetes owners (played
+    once per run with test_recommend_consistency's, which watch the same scenarios at the same times)."""
     args = []
     for node, scenario in FLEET_SCENARIOS.items():
-        path = root / f"{node}.jsonl"
-        path.write_text("\n".join(snapshot_lines(SCENARIOS / f"{scenario}.yaml", [float(t) for t in range(0, 1800, 30)]))
-                        + "\n")
+        path = shared_series(run_shared_dir, SCENARIOS / f"{scenario}.yaml", [float(t) for t in range(0, 1800, 30)])
         args += ["--snapshot", f"{node}={path}"]
     return args
 

@@ -21,8 +21,8 @@ import pytest
 from exporter import cli
 from tests.conftest import require_binary
 from exporter.recommend import plan_check
-from tests.sim_history import SCENARIOS, BackfilledPrometheus, openmetrics, pages
-from tests.sim_snapshots import snapshot_lines
+from tests.sim_history import SCENARIOS, BackfilledPrometheus, openmetrics, shared_pages
+from tests.sim_snapshots import shared_lines
 
 pytestmark = pytest.mark.e2e
 EPOCH = 1_760_000_007.0  # scrapes off the 15 s grid Prometheus evaluates on, as real ones are
@@ -40,10 +40,10 @@ def recommend(*argv: str) -> tuple[int, str, str]:
 
 
 @pytest.fixture(scope="module")
-def history(tmp_path_factory):
+def history(tmp_path_factory, run_shared_dir):
     prometheus, promtool = require_binary("prometheus"), require_binary("promtool")
-    a = pages(SCENARIOS / "churn-node-a.yaml", TIMES)
-    b = [p for p in pages(SCENARIOS / "churn-node-b.yaml", TIMES) if not GAP[0] <= p[0] < GAP[1]]
+    a = shared_pages(run_shared_dir, SCENARIOS / "churn-node-a.yaml", TIMES)  # as test_recommend_clusters_e2e's
+    b = [p for p in shared_pages(run_shared_dir, SCENARIOS / "churn-node-b.yaml", TIMES) if not GAP[0] <= p[0] < GAP[1]]
     om = openmetrics({NODE_A: a, NODE_B: b}, EPOCH)
     with BackfilledPrometheus(tmp_path_factory.mktemp("history"), om, prometheus, promtool) as prom:
         yield prom.url
@@ -78,11 +78,12 @@ def test_history_gives_the_true_peak_concurrency_and_the_optimal_gpu_count(histo
     assert now[(NODE_A, 1)] == ("MIG off, MPS", "keep")
 
 
-def test_history_and_snapshots_of_the_same_fleet_give_the_same_plan(history, tmp_path):
+def test_history_and_snapshots_of_the_same_fleet_give_the_same_plan(history, tmp_path, run_shared_dir):
     """--snapshot files of the same scenarios (the same gap) plan the same GPUs, layouts and changes."""
     files = []
     for node, scenario in (("a", "churn-node-a"), ("b", "churn-node-b")):
-        lines = snapshot_lines(SCENARIOS / f"{scenario}.yaml", TIMES)
+        # node A's also read by test_recommend_inputs.py, played once per run
+        lines = shared_lines(run_shared_dir, SCENARIOS / f"{scenario}.yaml", TIMES)
         if node == "b":
             lines = [line for line, t in zip(lines, TIMES) if not GAP[0] <= t < GAP[1]]
         path = tmp_path / f"{node}.jsonl"
