@@ -15,7 +15,7 @@ from exporter.backend.nvml_gpm import GpmReader
 from exporter.backend.nvml_health import HealthReader
 from exporter.backend.nvml_mig import MigReader
 from exporter.backend.nvml_procs import ProcessReader, sharing_mode
-from exporter.backend.nvml_types import NA, SECTIONS, DeviceTag, NvmlCallError, PollContext, ok
+from exporter.backend.nvml_types import NA, SECTIONS, DeviceTag, NvmlCallError, PollContext, field_of, ok
 from exporter.backend.procinfo import DeviceRef, ProcFs
 from exporter.identity import Identifier
 from exporter.snapshot import DeviceHealth, GpuInfo
@@ -184,8 +184,8 @@ class GpuReader:
         if not mig_mode:
             util = None if "utilization" in provided else ctx.get("gpu", "nvmlDeviceGetUtilizationRates", h)
             if util is not None:
-                values["utilization_ratio"] = util.gpu / 100.0
-                values["memory_utilization_ratio"] = util.memory / 100.0
+                values["utilization_ratio"] = field_of(util, "gpu") / 100.0
+                values["memory_utilization_ratio"] = field_of(util, "memory") / 100.0
             mode_value = ctx.get("gpu", "nvmlDeviceGetComputeMode", h)  # needs a MIG handle under MIG
             values["compute_mode"] = COMPUTE_MODES.get(mode_value, "unknown")
         self.procs.begin_poll()

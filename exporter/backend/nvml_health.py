@@ -33,7 +33,7 @@ vGPU guest). NotSupported (NA) leaves a value None / absent, never 0.
 
 from __future__ import annotations
 
-from exporter.backend.nvml_types import NA, PollContext, ok
+from exporter.backend.nvml_types import NA, PollContext, field_of, ok
 from exporter.snapshot import DeviceHealth, NvLink
 
 # Slow-changing reads happen on the first poll and then at most once a minute (every 12th poll
@@ -97,11 +97,12 @@ class HealthReader:
         values: dict = dict(self._slow)
         fields = self._fields(ctx, h, mine)
         values.update(fields.pop("_values"))
-        values["nvlinks"] = tuple(
-            NvLink(link=link, active=self._link_state.get(link, (None, {}))[0],
-                   tx_bytes=fields["tx"].get(link), rx_bytes=fields["rx"].get(link),
-                   errors=self._link_state.get(link, (None, {}))[1])
-            for link in range(self._links or 0))
+        states, tx, rx = self._link_state, fields["tx"], fields["rx"]
+        nvlinks = []
+        for link in range(self._links or 0):
+            active, errors = states.get(link) or (None, {})
+            nvlinks.append(NvLink(link, active, tx.get(link), rx.get(link), errors))
+        values["nvlinks"] = tuple(nvlinks)
         values.update(self._pcie_rates(fields["pcie"]))
         values.update(self._media(ctx, h, mig_mode, utilization=mine))
         if mine:
@@ -141,7 +142,7 @@ class HealthReader:
             # The struct's fields read directly: pynvml's struct class hooks every attribute read
             # in Python to turn bytes into str, and no field of a field value is bytes (about
             # 50 entries of 6 reads per GPU per poll).
-            ret, fid = _field(entry, "nvmlReturn"), _field(entry, "fieldId")
+            ret, fid = field_of(entry, "nvmlReturn"), field_of(entry, "fieldId")
             if ret != success:
                 if fid == link_count:
                     self._links = 0  # NotSupported: a board without NVLink
@@ -154,15 +155,15 @@ class HealthReader:
             elif fid in violation_keys:
                 out["violations"][violation_keys[fid]] = number / 1e9  # ns -> s
             elif fid == pcie_tx:
-                out["pcie"]["tx"] = (int(number), int(_field(entry, "timestamp")))
+                out["pcie"]["tx"] = (int(number), int(field_of(entry, "timestamp")))
             elif fid == pcie_rx:
-                out["pcie"]["rx"] = (int(number), int(_field(entry, "timestamp")))
+                out["pcie"]["rx"] = (int(number), int(field_of(entry, "timestamp")))
             elif fid == link_count:
                 self._links = int(number)
             elif fid == link_tx:
-                out["tx"][int(_field(entry, "scopeId"))] = int(number) * 1024  # KiB -> bytes
+                out["tx"][int(field_of(entry, "scopeId"))] = int(number) * 1024  # KiB -> bytes
             elif fid == link_rx:
-                out["rx"][int(_field(entry, "scopeId"))] = int(number) * 1024
+                out["rx"][int(field_of(entry, "scopeId"))] = int(number) * 1024
         if self._links and not self._link_state:
             self._link_state = self._read_links(ctx, h)  # the count just became known
         return out
@@ -250,13 +251,9 @@ class HealthReader:
         return int(bool(features.gridLicensableFeatures[0].featureState))
 
 
-# A ctypes struct's own attribute lookup, without pynvml's Python-level hook (see _fields).
-_field = object.__getattribute__
-
-
 def _number(nv, entry):
-    kind = _field(entry, "valueType")
-    value = _field(entry, "value")
+    kind = field_of(entry, "valueType")
+    value = field_of(entry, "value")
     if kind == nv.NVML_VALUE_TYPE_DOUBLE:
         return value.dVal
     if kind == nv.NVML_VALUE_TYPE_UNSIGNED_INT:

@@ -19,7 +19,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from exporter.backend.nvml_types import NA, DeviceTag, PollContext, ok
+from exporter.backend.nvml_types import NA, DeviceTag, PollContext, field_of, ok
 from exporter.backend.procinfo import DeviceRef, ProcFs, mps_memory_limit, mps_thread_ratio, select_environ
 from exporter.backend.replicas import ReplicaSlots
 from exporter.identity import Identifier, ProcessIdentity
@@ -161,11 +161,12 @@ class ProcessReader:
         if not ok(samples):
             return {}
         per_pid: dict[int, list[int]] = {}
-        newest = self.last_seen_us
-        for s in samples:
-            if s.timeStamp <= self.last_seen_us:
+        last_seen = newest = self.last_seen_us
+        for s in samples:  # pynvml's sample structs; numeric fields read without its hooks
+            stamp = field_of(s, "timeStamp")
+            if stamp <= last_seen:
                 continue
-            per_pid.setdefault(int(s.pid), []).append(int(s.smUtil))
-            newest = max(newest, int(s.timeStamp))
+            per_pid.setdefault(int(field_of(s, "pid")), []).append(int(field_of(s, "smUtil")))
+            newest = max(newest, int(stamp))
         self.last_seen_us = newest
         return {pid: min(1.0, sum(v) / len(v) / 100.0) for pid, v in per_pid.items()}
