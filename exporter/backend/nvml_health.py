@@ -74,6 +74,7 @@ class HealthReader:
         self._link_state: dict[int, tuple[bool | None, dict[str, int]]] = {}
         self.last_xid: tuple[int, float] | None = None  # (code, Unix seconds), set by the XID drain
         self._violation_keys = {getattr(self.nv, const): key for key, const in VIOLATION_FIELDS}
+        self._value_members = _value_members(self.nv)  # NVML_VALUE_TYPE_* -> c_nvmlValue_t member
         # direction ("tx", "rx") -> (bytes, driver timestamp µs) of the last poll: the rate's base
         self._pcie_last: dict[str, tuple[int, int]] = {}
 
@@ -137,7 +138,7 @@ class HealthReader:
                                              nv.NVML_FI_DEV_PCIE_REPLAY_COUNTER)
         pcie_tx, pcie_rx = nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES
         link_tx, link_rx = nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
-        violation_keys = self._violation_keys
+        violation_keys, members = self._violation_keys, self._value_members
         for entry in answer:
             # The struct's fields read directly: pynvml's struct class hooks every attribute read
             # in Python to turn bytes into str, and no field of a field value is bytes (about
@@ -147,7 +148,7 @@ class HealthReader:
                 if fid == link_count:
                     self._links = 0  # NotSupported: a board without NVLink
                 continue
-            number = _number(nv, entry)
+            number = _number(members, entry)
             if fid == memory_temp:
                 out["_values"]["memory_temperature_celsius"] = float(number)
             elif fid == replays:
@@ -251,17 +252,17 @@ class HealthReader:
         return int(bool(features.gridLicensableFeatures[0].featureState))
 
 
-def _number(nv, entry):
-    kind = field_of(entry, "valueType")
-    value = field_of(entry, "value")
-    if kind == nv.NVML_VALUE_TYPE_DOUBLE:
-        return value.dVal
-    if kind == nv.NVML_VALUE_TYPE_UNSIGNED_INT:
-        return value.uiVal
-    if kind == nv.NVML_VALUE_TYPE_UNSIGNED_LONG:
-        return value.ulVal
-    if kind == nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
-        return value.sllVal
-    if kind == getattr(nv, "NVML_VALUE_TYPE_SIGNED_INT", -1):
-        return value.siVal
-    return value.ullVal
+def _value_members(nv) -> dict[int, str]:
+    """NVML_VALUE_TYPE_* -> the c_nvmlValue_t member holding that type (unsigned long long for
+    any other type, as before)."""
+    members = {nv.NVML_VALUE_TYPE_DOUBLE: "dVal", nv.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+               nv.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal", nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal"}
+    signed_int = getattr(nv, "NVML_VALUE_TYPE_SIGNED_INT", None)
+    if signed_int is not None:
+        members.setdefault(signed_int, "siVal")
+    return members
+
+
+def _number(members: dict[int, str], entry):
+    """The value of one field value, read as its valueType says (one dict lookup, not a chain)."""
+    return getattr(field_of(entry, "value"), members.get(field_of(entry, "valueType"), "ullVal"))

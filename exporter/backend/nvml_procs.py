@@ -63,6 +63,9 @@ class ProcessReader:
         self.procfs = procfs
         self.identifier = identifier or Identifier()
         self._meta: dict[int, _Meta] = {}
+        # (pid, MIG device UUID or None) -> (memory limit, thread ratio) of an MPS client: both
+        # come from its environment, fixed for the pid's life, so they are parsed once.
+        self._mps_limits: dict[tuple[int, str | None], tuple[int | None, float | None]] = {}
         self._seen: set[int] = set()
         self._generation = None
         self.replicas = ReplicaSlots()
@@ -77,6 +80,8 @@ class ProcessReader:
         """Forget metadata of pids no longer on the GPU (a reused pid is re-read)."""
         for pid in [p for p in self._meta if p not in self._seen]:
             del self._meta[pid]
+        for key in [k for k in self._mps_limits if k[0] not in self._meta]:
+            del self._mps_limits[key]
         self.replicas.end_poll()
 
     def read(self, ctx: PollContext, handle, dev: DeviceRef, *, on_mig: bool, tag: DeviceTag | None = None):
@@ -100,13 +105,13 @@ class ProcessReader:
             client = pid in client_pids and not server
             env = meta.environ
             pod = meta.identity.pod
+            limit, threads = self._client_limits(pid, env, dev) if client else (None, None)
             processes.append(ProcessInfo(
                 pid=pid, name=meta.name, cmdline=meta.cmdline, gpu_index=dev.nvml_index,
                 gi=dev.gi, ci=dev.ci, used_memory_bytes=entry.usedGpuMemory,
                 sm_utilization_ratio=util.get(pid),
                 is_mps_client=client, is_mps_server=server,
-                mps_memory_limit_bytes=mps_memory_limit(env, dev) if client else None,
-                mps_active_thread_ratio=mps_thread_ratio(env) if client else None,
+                mps_memory_limit_bytes=limit, mps_active_thread_ratio=threads,
                 environ=env, start_time=meta.start_time, workload=meta.identity.workload,
                 namespace=pod.namespace if pod else "", pod=pod.pod if pod else "",
                 container=pod.container if pod else "",
@@ -115,6 +120,16 @@ class ProcessReader:
         return processes, servers
 
     # -- steps --------------------------------------------------------------------------
+
+    def _client_limits(self, pid: int, env: dict, dev: DeviceRef) -> tuple[int | None, float | None]:
+        """(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT bytes for ``dev``, active thread ratio) of a client."""
+        key = (pid, dev.mig_uuid)
+        limits = self._mps_limits.get(key)
+        if limits is None:
+            limits = (mps_memory_limit(env, dev), mps_thread_ratio(env))
+            if pid in self._meta:  # metadata kept: the environment is the pid's for good
+                self._mps_limits[key] = limits
+        return limits
 
     def _list(self, ctx: PollContext, section: str, fn: str, handle, tag) -> list:
         procs = ctx.raw(section, fn, handle, tag=tag)
