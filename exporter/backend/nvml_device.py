@@ -68,6 +68,10 @@ class GpuReader:
         self._identity_read = False
         self._reason_calls: tuple[str, str] | None = None
         self._supported_reasons: int | None = None
+        # (reason, bit) for the reasons this pynvml names, looked up once rather than every poll.
+        self._reason_bits = tuple((name, getattr(self.nv, "nvmlClocksEventReason" + suffix, 0))
+                                  for name, suffix in CLOCK_EVENT_REASONS)
+        self._clock_types = tuple((key, getattr(self.nv, const)) for key, const in CLOCKS)
         self._sharing = "idle"  # last sharing mode computed from a complete process list
         self._last_unexpected: str | None = None  # the last unexpected read error logged
         self.mig = MigReader(caller)
@@ -231,8 +235,8 @@ class GpuReader:
         temp = read("temperature", "nvmlDeviceGetTemperature", nv.NVML_TEMPERATURE_GPU)
         out["temperature_celsius"] = None if temp is None else float(temp)
         clocks = {}
-        for key, const in CLOCKS:
-            mhz = read("clock:" + key, "nvmlDeviceGetClockInfo", getattr(nv, const))
+        for key, clock_type in self._clock_types:
+            mhz = read("clock:" + key, "nvmlDeviceGetClockInfo", clock_type)
             if mhz is not None:
                 clocks[key] = mhz * 1e6
         out["clocks_hertz"] = clocks
@@ -264,12 +268,7 @@ class GpuReader:
             elif supported is not None:
                 self._supported_reasons = int(supported)
         mask = self._supported_reasons if self._supported_reasons is not None else -1
-        reasons = {}
-        for name, suffix in CLOCK_EVENT_REASONS:
-            bit = getattr(self.nv, "nvmlClocksEventReason" + suffix, 0)
-            if bit and mask & bit:
-                reasons[name] = bool(current & bit)
-        return reasons
+        return {name: bool(current & bit) for name, bit in self._reason_bits if mask & bit}
 
 
 __all__ = ["GpuReader", "CLOCK_EVENT_REASONS", "COMPUTE_MODES"]
