@@ -337,7 +337,8 @@ def report(result: dict) -> None:
     f = result["floor"]
     print(f"  floor: the minimum {f['calls']} NVML calls through pynvml: {f['total'] * ms:.2f} ms "
           f"(fake driver {f['driver'] * ms:.2f}, pynvml {f['pynvml'] * ms:.2f}); exporter / floor(pynvml) = "
-          f"{exporter_ms / (f['pynvml'] * ms):.1f}x" if f["pynvml"] else "  floor: (no calls)")
+          f"{exporter_ms / (f['pynvml'] * ms):.1f}x, reads / floor(pynvml) = {t['reads'] / f['pynvml']:.1f}x"
+          if f["pynvml"] else "  floor: (no calls)")
 
 
 def main(argv=None) -> int:

@@ -34,19 +34,17 @@ class ProcessEntry:
         return f"ProcessEntry(pid={self.pid}, usedGpuMemory={self.usedGpuMemory})"
 
 
-def _process_list(nv, symbol: str, unversioned_mismatch: bool):
-    """pynvml's two-call protocol for a running-process list of ``symbol`` (a _v3 C symbol):
-    ask for the count, then fill an array with room for processes started in between.
-    ``unversioned_mismatch``: the pynvml name is unversioned and pynvml turns an absent
-    symbol into NVMLLibraryMismatchError there (so does this)."""
+def _process_list(nv, symbol: str):
+    """pynvml's two-call protocol for the running-process list of ``symbol`` (a _v3 C symbol):
+    ask for the count, then fill an array with room for processes started in between. The
+    pynvml names are unversioned, and pynvml turns FunctionNotFound into
+    NVMLLibraryMismatchError for them: so does this."""
     c_uint, byref, entry_type = nv.c_uint, nv.byref, nv.c_nvmlProcessInfo_v3_t
     success, insufficient = nv.NVML_SUCCESS, nv.NVML_ERROR_INSUFFICIENT_SIZE
     not_available = nv.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
     function_pointer = nv._nvmlGetFunctionPointer
 
     def read(handle):
-        if not unversioned_mismatch:
-            return entries_of(handle)
         try:
             return entries_of(handle)
         except nv.NVMLError_FunctionNotFound:
@@ -122,9 +120,8 @@ def direct_calls(nv) -> dict:
     if not all(hasattr(nv, name) for name in _NEEDS):
         return {}
     return {
-        "nvmlDeviceGetComputeRunningProcesses": _process_list(nv, "nvmlDeviceGetComputeRunningProcesses_v3", True),
-        "nvmlDeviceGetMPSComputeRunningProcesses": _process_list(nv, "nvmlDeviceGetMPSComputeRunningProcesses_v3",
-                                                                 False),
+        "nvmlDeviceGetComputeRunningProcesses": _process_list(nv, "nvmlDeviceGetComputeRunningProcesses_v3"),
+        "nvmlDeviceGetMPSComputeRunningProcesses": _process_list(nv, "nvmlDeviceGetMPSComputeRunningProcesses_v3"),
         "nvmlDeviceGetFieldValues": _field_values(nv),
     }
 
