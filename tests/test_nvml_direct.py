@@ -7,18 +7,26 @@ entries, same field values, same exception classes, and the same outcomes at the
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pynvml
 import pytest
-
 from backend_fakelib import GPU_IS_LOST, NOT_SUPPORTED, FakeGpu, FakeNvmlLib, FakeProc
+
 from exporter.backend.nvml_caller import NvmlCaller
 from exporter.backend.nvml_direct import direct_calls
-from exporter.backend.nvml_types import NA, DeviceTag, GpuLostError, NvmlCallError
+from exporter.backend.nvml_types import (
+    NA,
+    DeviceTag,
+    GpuLostError,
+    NvmlCallError,
+    frozen_maker,
+)
 from exporter.shipped import resolve_scenario
 from exporter.sim import Simulation
 from exporter.sim.scenario import load_scenario, parse_scenario
+from exporter.snapshot import DeviceHealth, NvLink, ProcessInfo
 
 LISTS = ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses")
 TAG = DeviceTag("NVIDIA H100 80GB HBM3", "GPU-a")
@@ -183,3 +191,24 @@ def test_choke_point_outcomes_are_unchanged(lib, caplog):
     assert direct[0] is True and direct[3] == [(9, 1 << 30, 0xFFFFFFFF, 0xFFFFFFFF)]
     warnings = [r.getMessage() for r in caplog.records if "nvmlDeviceGetComputeRunningProcesses" in r.getMessage()]
     assert len(warnings) == 2 and "not found in the NVIDIA driver library" in warnings[0]  # one per caller
+
+
+def test_frozen_maker_builds_the_same_frozen_record():
+    """The fast constructor gives what the dataclass's own __init__ gives (equal, same repr and
+    hash, frozen); a missing or unknown field still fails as __init__ fails it."""
+    values = dict(pid=7, name="train", cmdline="python train.py", gpu_index=1, gi=None, ci=None,  # noqa: C408
+                  used_memory_bytes=3 << 30, sm_utilization_ratio=0.5, is_mps_client=True, is_mps_server=False,
+                  mps_memory_limit_bytes=1 << 30, mps_active_thread_ratio=0.25, environ={"A": "1"}, start_time=1.5,
+                  workload="train", namespace="ns", pod="p", container="c", replica=0)
+    make = frozen_maker(ProcessInfo)
+    fast, slow = make(**values), ProcessInfo(**values)
+    assert fast == slow and repr(fast) == repr(slow) and type(fast) is ProcessInfo
+    link = frozen_maker(NvLink)(link=2, active=True, tx_bytes=5, rx_bytes=6, errors={"replay": 1})
+    assert link == NvLink(2, True, 5, 6, {"replay": 1}) and repr(link) == repr(NvLink(2, True, 5, 6, {"replay": 1}))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.pid = 8
+    with pytest.raises(TypeError, match="missing"):
+        make(**{k: v for k, v in values.items() if k != "name"})
+    with pytest.raises(TypeError, match="unexpected"):
+        make(**values, colour="red")
+    assert frozen_maker(DeviceHealth)().nvlinks == DeviceHealth().nvlinks  # defaults come from __init__

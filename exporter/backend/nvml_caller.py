@@ -23,7 +23,13 @@ import threading
 from collections import Counter
 
 from exporter.backend.nvml_direct import direct_calls
-from exporter.backend.nvml_types import NA, DeviceTag, GpuLostError, Missing, NvmlCallError
+from exporter.backend.nvml_types import (
+    NA,
+    DeviceTag,
+    GpuLostError,
+    Missing,
+    NvmlCallError,
+)
 
 log = logging.getLogger("exporter.backend.nvml")
 
@@ -193,4 +199,4 @@ class NvmlCaller:
         (log.warning if first else log.debug)("NVML call %s failed: %s (%s)", fn_name, error, exc)
 
 
-__all__ = ["NvmlCaller", "REPROBE_POLLS"]
+__all__ = ["REPROBE_POLLS", "NvmlCaller"]

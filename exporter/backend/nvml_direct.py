@@ -24,7 +24,7 @@ _get = object.__getattribute__  # a ctypes field read without pynvml's Python-le
 class ProcessEntry:
     """One entry of a running-process list, as pynvml's friendly object carries it."""
 
-    __slots__ = ("pid", "usedGpuMemory", "gpuInstanceId", "computeInstanceId")
+    __slots__ = ("computeInstanceId", "gpuInstanceId", "pid", "usedGpuMemory")
 
     def __init__(self, pid, used, gpu_instance, compute_instance):
         self.pid, self.usedGpuMemory = pid, used

@@ -33,7 +33,7 @@ vGPU guest). NotSupported (NA) leaves a value None / absent, never 0.
 
 from __future__ import annotations
 
-from exporter.backend.nvml_types import NA, PollContext, field_of, ok
+from exporter.backend.nvml_types import NA, PollContext, field_of, frozen_maker, ok
 from exporter.snapshot import DeviceHealth, NvLink
 
 # Slow-changing reads happen on the first poll and then at most once a minute (every 12th poll
@@ -57,6 +57,7 @@ NVLINK_ERRORS = (
     ("replay", "NVML_NVLINK_ERROR_DL_REPLAY"),
     ("recovery", "NVML_NVLINK_ERROR_DL_RECOVERY"),
 )
+_nvlink = frozen_maker(NvLink)  # 18 links a board, every field given: built without object.__setattr__ calls
 _VGPU_GUEST = 2  # NVML_GPU_VIRTUALIZATION_MODE_VGPU: the driver runs inside a vGPU VM
 
 
@@ -102,7 +103,8 @@ class HealthReader:
         nvlinks = []
         for link in range(self._links or 0):
             active, errors = states.get(link) or (None, {})
-            nvlinks.append(NvLink(link, active, tx.get(link), rx.get(link), errors))
+            nvlinks.append(_nvlink(link=link, active=active, tx_bytes=tx.get(link), rx_bytes=rx.get(link),
+                                   errors=errors))
         values["nvlinks"] = tuple(nvlinks)
         values.update(self._pcie_rates(fields["pcie"]))
         values.update(self._media(ctx, h, mig_mode, utilization=mine))

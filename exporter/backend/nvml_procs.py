@@ -19,13 +19,14 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from exporter.backend.nvml_types import NA, DeviceTag, PollContext, field_of, ok
+from exporter.backend.nvml_types import NA, DeviceTag, PollContext, field_of, frozen_maker, ok
 from exporter.backend.procinfo import DeviceRef, ProcFs, mps_memory_limit, mps_thread_ratio, select_environ
 from exporter.backend.replicas import ReplicaSlots
 from exporter.identity import Identifier, ProcessIdentity
 from exporter.redact import redact_cmdline
 from exporter.snapshot import MpsServer, ProcessInfo
 
+_process_info = frozen_maker(ProcessInfo)  # every field given: built without 19 object.__setattr__ calls
 MPS_SERVER_NAME = "nvidia-cuda-mps-server"
 _COMM_LEN = 15  # the kernel truncates /proc/<pid>/comm to 15 characters
 
@@ -106,7 +107,7 @@ class ProcessReader:
             env = meta.environ
             pod = meta.identity.pod
             limit, threads = self._client_limits(pid, env, dev) if client else (None, None)
-            processes.append(ProcessInfo(
+            processes.append(_process_info(
                 pid=pid, name=meta.name, cmdline=meta.cmdline, gpu_index=dev.nvml_index,
                 gi=dev.gi, ci=dev.ci, used_memory_bytes=entry.usedGpuMemory,
                 sm_utilization_ratio=util.get(pid),

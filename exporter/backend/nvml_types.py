@@ -14,6 +14,7 @@ answers with one of:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 
@@ -156,3 +157,28 @@ def ok(value) -> bool:
     Needed because NVML handles are ctypes pointers and a NULL-valued one is falsy.
     """
     return value is not None and value is not NA and not isinstance(value, Missing)
+
+
+def frozen_maker(cls):
+    """A faster constructor for frozen dataclass ``cls``, called with every field by keyword.
+
+    A frozen dataclass's generated ``__init__`` sets each field through ``object.__setattr__``
+    (the cost the dataclasses documentation names): a ProcessInfo (19 fields) took about 5x as
+    long to build as a dict of the same items, and a poll of the mixed node builds 83 of them
+    and 144 NvLinks. This fills the new instance's ``__dict__`` instead: the same object (same
+    fields and values, still frozen). Anything but exactly the fields goes to ``__init__``,
+    which says what is wrong as it always did.
+    """
+    names = frozenset(f.name for f in dataclasses.fields(cls))
+    if not cls.__dataclass_params__.frozen or hasattr(cls, "__post_init__") or hasattr(cls, "__slots__"):
+        return cls  # its __init__ does more than set fields: keep it
+    new = object.__new__
+
+    def make(**values):
+        if values.keys() != names:
+            return cls(**values)
+        obj = new(cls)
+        obj.__dict__.update(values)
+        return obj
+
+    return make
