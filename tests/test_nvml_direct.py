@@ -26,7 +26,7 @@ from exporter.backend.nvml_types import (
 from exporter.shipped import resolve_scenario
 from exporter.sim import Simulation
 from exporter.sim.scenario import load_scenario, parse_scenario
-from exporter.snapshot import DeviceHealth, NvLink, ProcessInfo
+from exporter.snapshot import DeviceHealth, GpuInfo, NvLink, ProcessInfo
 
 LISTS = ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses")
 TAG = DeviceTag("NVIDIA H100 80GB HBM3", "GPU-a")
@@ -211,4 +211,10 @@ def test_frozen_maker_builds_the_same_frozen_record():
         make(**{k: v for k, v in values.items() if k != "name"})
     with pytest.raises(TypeError, match="unexpected"):
         make(**values, colour="red")
-    assert frozen_maker(DeviceHealth)().nvlinks == DeviceHealth().nvlinks  # defaults come from __init__
+    assert frozen_maker(DeviceHealth)() == DeviceHealth()  # defaults as __init__ gives them
+    gpu = frozen_maker(GpuInfo)
+    first, second = gpu(index=0, uuid="GPU-a", name="H100", pci_bus_id="0", up=True), GpuInfo(0, "GPU-a", "H100", "0", True)
+    assert first == second and repr(first) == repr(second)
+    assert first.ecc_errors == {} and first.ecc_errors is not gpu(index=1, uuid="", name="", pci_bus_id="", up=False).ecc_errors
+    with pytest.raises(TypeError, match="missing"):
+        gpu(index=0)

@@ -15,12 +15,14 @@ from exporter.backend.nvml_gpm import GpmReader
 from exporter.backend.nvml_health import HealthReader
 from exporter.backend.nvml_mig import MigReader
 from exporter.backend.nvml_procs import ProcessReader, sharing_mode
-from exporter.backend.nvml_types import NA, SECTIONS, DeviceTag, NvmlCallError, PollContext, field_of, ok
+from exporter.backend.nvml_types import NA, SECTIONS, DeviceTag, NvmlCallError, PollContext, field_of, frozen_maker, ok
 from exporter.backend.procinfo import DeviceRef, ProcFs
 from exporter.identity import Identifier
 from exporter.snapshot import DeviceHealth, GpuInfo
 
 log = logging.getLogger(__name__)
+
+_gpu_info = frozen_maker(GpuInfo)  # 30 fields: built without one object.__setattr__ per field
 
 # Snapshot clock key -> pynvml clock type constant name.
 CLOCKS = (("graphics", "NVML_CLOCK_GRAPHICS"), ("sm", "NVML_CLOCK_SM"),
@@ -212,7 +214,7 @@ class GpuReader:
         values.update(processes=tuple(processes), mps_servers=tuple(servers), sharing=sharing)
         self.health.last_xid = self.xid.last
         values["health"] = self.health.read(ctx, h, mig_mode, provided)
-        return GpuInfo(**values)
+        return _gpu_info(**values)
 
     def _xid_health(self) -> DeviceHealth:
         """A down GPU keeps its last XID (often the reason it went down)."""

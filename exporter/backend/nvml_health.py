@@ -58,6 +58,7 @@ NVLINK_ERRORS = (
     ("recovery", "NVML_NVLINK_ERROR_DL_RECOVERY"),
 )
 _nvlink = frozen_maker(NvLink)  # 18 links a board, every field given: built without object.__setattr__ calls
+_device_health = frozen_maker(DeviceHealth)
 _VGPU_GUEST = 2  # NVML_GPU_VIRTUALIZATION_MODE_VGPU: the driver runs inside a vGPU VM
 
 
@@ -113,7 +114,7 @@ class HealthReader:
             values.update(self._memory(ctx, h))
         if self.last_xid is not None:
             values["last_xid"], values["last_xid_timestamp"] = self.last_xid
-        return DeviceHealth(**values)
+        return _device_health(**values)
 
     # -- per poll -------------------------------------------------------------------------
 
