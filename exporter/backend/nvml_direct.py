@@ -4,10 +4,11 @@ module; never imports it). Only NvmlCaller.call (exporter.backend.nvml_caller) u
 Why: pynvml's struct classes run every field read and write through Python-level
 ``__getattribute__``/``__setattr__`` hooks (to turn bytes into str), and its process-list
 getters copy each entry into a "friendly" object field by field (about 5 µs an entry). On the
-8-GPU mixed node that was about a third of pynvml's own time in a poll. Each function here
-makes the same C calls as the pynvml function of the same name, with the same arguments in
-the same order, raises the same pynvml exceptions, and touches only numeric fields, through
-ctypes' own field descriptors (``object.__getattribute__`` reaches them without the hook).
+8-GPU mixed node the calls here save about 0.9 ms of a poll's reads (docs/performance.md, "Read
+path"). Each function makes the same C calls as the pynvml function of the same name, with the
+same arguments in the same order, raises the same pynvml exceptions, and reads only numeric
+fields, through ctypes' own field descriptors (``object.__getattribute__`` reaches them without
+the hook).
 Results have the shape pynvml gives: process entries with ``pid``, ``usedGpuMemory`` (None
 when NVML says not available), ``gpuInstanceId``, ``computeInstanceId``; field values as the
 filled ``c_nvmlFieldValue_t`` array.
