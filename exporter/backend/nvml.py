@@ -1,30 +1,19 @@
 """NVML backend: the only module of the exporter that imports pynvml.
 
 The same code runs on a real GPU and in simulation (where pynvml.nvmlLib is a fake C
-library). All calls go through ``NvmlCaller.call`` (the choke point); per-GPU reading lives
-in nvml_device.py and its helpers, which receive the caller and never import pynvml.
-
-Error policy of the choke point:
-- NotSupported, NoPermission -> NA ("not available"): WARNING once per (call, GPU model),
-  metric omitted, not an error. The answer is cached per (call, device, MIG mode) so the call
-  is not repeated every poll (asked again every REPROBE_POLLS polls).
-- FunctionNotFound, NVMLLibraryMismatchError -> NA for every GPU (old driver), warned once.
-- GpuIsLost -> GpuLostError: the GPU is reported down for this poll, its handle re-fetched.
-- Anything else -> NvmlCallError, counted in Snapshot.call_errors[(call, error)]; the reader
-  leaves the value None and marks the section (gpu/mig/process/mps) failed.
-- Errors that are normal control flow (NotFound for an empty MIG slot, Timeout for an empty
-  event queue...) are declared with ``expect=`` and come back as Missing, uncounted.
+library). All calls go through ``NvmlCaller.call`` (exporter/backend/nvml_caller.py, the choke
+point, which also holds the error policy); per-GPU reading lives in nvml_device.py and its
+helpers, which receive the caller and never import pynvml.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
-from collections import Counter
 from typing import Callable
 
+from exporter.backend.nvml_caller import REPROBE_POLLS, NvmlCaller, _short_name
 from exporter.backend.nvml_device import GpuReader
 from exporter.backend.nvml_types import NA, SECTIONS, DeviceTag, GpuLostError, Missing, NvmlCallError
 from exporter.backend.nvml_worker import _GpuWorker
@@ -35,147 +24,7 @@ from exporter.snapshot import GpuInfo, Snapshot, SourceStatus
 
 log = logging.getLogger(__name__)
 
-# Outcomes that mean "this device/driver cannot give the value", not "something broke".
-# NoPermission is here because it is a deployment fact (unprivileged exporter reading MIG
-# parent aggregates), constant for the process lifetime, and not a GPU fault.
-_NOT_AVAILABLE = {
-    "NotSupported": "not supported on {model}",
-    "NoPermission": "not permitted on {model} (insufficient privileges)",
-}
-# Outcomes that mean the symbol is absent from this driver: true for every GPU.
-_ABSENT = ("FunctionNotFound", "LibraryMismatch")
-
-# Calls where "not supported" is a property of (device, scalar argument), not of the device.
-_ARG_SCOPED = frozenset({
-    "nvmlDeviceGetClockInfo",
-    "nvmlDeviceGetTemperature",
-    "nvmlDeviceGetTotalEccErrors",
-    "nvmlDeviceGetMemoryInfo",
-    "nvmlDeviceGetGpuInstanceRemainingCapacity",
-    "nvmlDeviceGetGpuInstanceProfileInfo",
-    "nvmlGpmMigSampleGet",
-})
-
 _NVML_SOURCES = {"nvml": SourceStatus(True)}
-
-# A "not available" answer is remembered (the call is skipped) for this many polls, then
-# asked again in case a reset or driver change made it available.
-REPROBE_POLLS = 300
-
-
-def _short_name(pynvml, exc: BaseException) -> str:
-    """pynvml error class name without its prefix: NVMLError_GpuIsLost -> "GpuIsLost"."""
-    if isinstance(exc, pynvml.NVMLLibraryMismatchError):
-        return "LibraryMismatch"
-    name = type(exc).__name__
-    if name.startswith("NVMLError_"):
-        return name[len("NVMLError_"):]
-    # pynvml raises plain NVMLError(0) when a size probe unexpectedly succeeds (no data).
-    value = getattr(exc, "value", None)
-    return "Success" if value == 0 else f"Code{value}"
-
-
-class NvmlCaller:
-    """Single choke point for NVML calls: maps errors, warns once, counts calls and errors.
-
-    ``call(fn_name, *args, gpu=tag, expect=("NotFound",))`` returns the value, ``NA`` (not
-    available: NotSupported, NoPermission, FunctionNotFound, NVMLLibraryMismatchError),
-    ``Missing(err)`` for an expected error, or raises NvmlCallError / GpuLostError.
-    Thread-safe: GPU readers call it from worker threads.
-    """
-
-    def __init__(self, pynvml):
-        self.nv = pynvml
-        self.errors: Counter[tuple[str, str]] = Counter()  # (call, error) -> count, cumulative
-        self.calls_by_name: Counter[str] = Counter()  # cumulative, NVML calls actually made
-        self.calls_this_poll = 0
-        self._lock = threading.Lock()
-        self._warned: set[tuple[str, str]] = set()
-        self._unavailable: set[tuple] = set()  # cache keys of calls known to answer NA
-        self._unavailable_names: set[str] = set()  # fn names with any key in _unavailable
-        self._polls = 0
-
-    def begin_poll(self) -> None:
-        """Reset the per-poll call count; every REPROBE_POLLS polls forget cached NA answers."""
-        with self._lock:
-            self.calls_this_poll = 0
-            self._polls += 1
-            if self._polls % REPROBE_POLLS == 0:
-                self._unavailable = {k for k in self._unavailable if k[0] == "absent"}  # symbols stay absent
-                self._unavailable_names = {k[1] for k in self._unavailable}
-
-    def errors_snapshot(self) -> dict[tuple[str, str], int]:
-        with self._lock:
-            return dict(self.errors)
-
-    @staticmethod
-    def _cache_keys(fn_name: str, args: tuple, gpu: DeviceTag | None) -> tuple[tuple, tuple]:
-        """(driver-wide key, per-device key) under which an NA answer is remembered.
-
-        For calls whose support depends on a scalar argument (clock type, memory struct
-        version, profile id) that argument is part of the key. Other scalars (timestamps,
-        pids) are not, or the cache would grow without bound. Handles never are: the tag
-        already names the device.
-        """
-        scalars = tuple(a for a in args if isinstance(a, int)) if fn_name in _ARG_SCOPED else ()
-        return ("absent", fn_name, scalars), ("device", fn_name, gpu, scalars)
-
-    def call(self, fn_name: str, *args, gpu: DeviceTag | None = None, expect: tuple[str, ...] = ()):
-        """Call ``pynvml.<fn_name>(*args)`` and classify the outcome (see class docstring)."""
-        # Most calls have never answered NA: skip building the cache keys for them.
-        if fn_name in self._unavailable_names:
-            absent_key, device_key = self._cache_keys(fn_name, args, gpu)
-            if absent_key in self._unavailable or device_key in self._unavailable:
-                return NA
-        fn = getattr(self.nv, fn_name, None)
-        if fn is None:  # nvidia-ml-py older than the call: same as a driver without the symbol
-            return self._not_available(fn_name, "FunctionNotFound", self._cache_keys(fn_name, args, gpu)[0], gpu)
-        with self._lock:
-            self.calls_this_poll += 1
-            self.calls_by_name[fn_name] += 1
-        try:
-            return fn(*args)
-        except (self.nv.NVMLError, self.nv.NVMLLibraryMismatchError, UnicodeDecodeError) as exc:
-            if isinstance(exc, UnicodeDecodeError):  # garbage bytes from the driver
-                error = "UnicodeDecodeError"
-            else:
-                error = _short_name(self.nv, exc)
-            if error in expect:
-                return Missing(error)
-            if error in _ABSENT or error in _NOT_AVAILABLE:
-                absent_key, device_key = self._cache_keys(fn_name, args, gpu)
-                return self._not_available(fn_name, error, absent_key if error in _ABSENT else device_key, gpu)
-            self._count_error(fn_name, error, exc)
-            if error == "GpuIsLost":
-                raise GpuLostError(fn_name, error, str(exc)) from None
-            raise NvmlCallError(fn_name, error, str(exc)) from None
-
-    def _not_available(self, fn_name: str, error: str, key: tuple, gpu: DeviceTag | None):
-        model = gpu.model if gpu is not None and gpu.model else "this GPU"
-        with self._lock:
-            self._unavailable.add(key)
-            self._unavailable_names.add(fn_name)
-            warn_key = (fn_name, model if error in _NOT_AVAILABLE else "")
-            first = warn_key not in self._warned
-            self._warned.add(warn_key)
-        if first:
-            if error in _NOT_AVAILABLE:
-                reason = _NOT_AVAILABLE[error].format(model=model)
-            else:
-                reason = "not found in the NVIDIA driver library (driver older than nvidia-ml-py)"
-            log.warning("%s %s; metric omitted", fn_name, reason)
-        return NA
-
-    def count_failure(self, fn_name: str, error: str) -> None:
-        """Count a failure of a call made outside ``call`` (nvmlInit, nvmlDeviceGetCount)."""
-        with self._lock:
-            self.errors[(fn_name, error)] += 1
-
-    def _count_error(self, fn_name: str, error: str, exc: BaseException) -> None:
-        with self._lock:
-            self.errors[(fn_name, error)] += 1
-            first = self.errors[(fn_name, error)] == 1
-        (log.warning if first else log.debug)("NVML call %s failed: %s (%s)", fn_name, error, exc)
 
 
 def _init_failure_reason(error: str, exc: BaseException) -> str:
@@ -449,4 +298,4 @@ class NvmlBackend:
 
 
 __all__ = ["NA", "Missing", "NvmlCallError", "GpuLostError", "DeviceTag", "NvmlCaller", "NvmlBackend",
-           "NvmlUnavailable", "_GpuWorker"]
+           "NvmlUnavailable", "_GpuWorker", "REPROBE_POLLS"]

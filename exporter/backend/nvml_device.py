@@ -15,12 +15,14 @@ from exporter.backend.nvml_gpm import GpmReader
 from exporter.backend.nvml_health import HealthReader
 from exporter.backend.nvml_mig import MigReader
 from exporter.backend.nvml_procs import ProcessReader, sharing_mode
-from exporter.backend.nvml_types import NA, SECTIONS, DeviceTag, NvmlCallError, PollContext, ok
+from exporter.backend.nvml_types import NA, SECTIONS, DeviceTag, NvmlCallError, PollContext, field_of, frozen_maker, ok
 from exporter.backend.procinfo import DeviceRef, ProcFs
 from exporter.identity import Identifier
 from exporter.snapshot import DeviceHealth, GpuInfo
 
 log = logging.getLogger(__name__)
+
+_gpu_info = frozen_maker(GpuInfo)  # 30 fields: built without one object.__setattr__ per field
 
 # Snapshot clock key -> pynvml clock type constant name.
 CLOCKS = (("graphics", "NVML_CLOCK_GRAPHICS"), ("sm", "NVML_CLOCK_SM"),
@@ -68,6 +70,10 @@ class GpuReader:
         self._identity_read = False
         self._reason_calls: tuple[str, str] | None = None
         self._supported_reasons: int | None = None
+        # (reason, bit) for the reasons this pynvml names, looked up once rather than every poll.
+        self._reason_bits = tuple((name, getattr(self.nv, "nvmlClocksEventReason" + suffix, 0))
+                                  for name, suffix in CLOCK_EVENT_REASONS)
+        self._clock_types = tuple((key, getattr(self.nv, const)) for key, const in CLOCKS)
         self._sharing = "idle"  # last sharing mode computed from a complete process list
         self._last_unexpected: str | None = None  # the last unexpected read error logged
         self.mig = MigReader(caller)
@@ -184,8 +190,8 @@ class GpuReader:
         if not mig_mode:
             util = None if "utilization" in provided else ctx.get("gpu", "nvmlDeviceGetUtilizationRates", h)
             if util is not None:
-                values["utilization_ratio"] = util.gpu / 100.0
-                values["memory_utilization_ratio"] = util.memory / 100.0
+                values["utilization_ratio"] = field_of(util, "gpu") / 100.0
+                values["memory_utilization_ratio"] = field_of(util, "memory") / 100.0
             mode_value = ctx.get("gpu", "nvmlDeviceGetComputeMode", h)  # needs a MIG handle under MIG
             values["compute_mode"] = COMPUTE_MODES.get(mode_value, "unknown")
         self.procs.begin_poll()
@@ -208,7 +214,7 @@ class GpuReader:
         values.update(processes=tuple(processes), mps_servers=tuple(servers), sharing=sharing)
         self.health.last_xid = self.xid.last
         values["health"] = self.health.read(ctx, h, mig_mode, provided)
-        return GpuInfo(**values)
+        return _gpu_info(**values)
 
     def _xid_health(self) -> DeviceHealth:
         """A down GPU keeps its last XID (often the reason it went down)."""
@@ -231,8 +237,8 @@ class GpuReader:
         temp = read("temperature", "nvmlDeviceGetTemperature", nv.NVML_TEMPERATURE_GPU)
         out["temperature_celsius"] = None if temp is None else float(temp)
         clocks = {}
-        for key, const in CLOCKS:
-            mhz = read("clock:" + key, "nvmlDeviceGetClockInfo", getattr(nv, const))
+        for key, clock_type in self._clock_types:
+            mhz = read("clock:" + key, "nvmlDeviceGetClockInfo", clock_type)
             if mhz is not None:
                 clocks[key] = mhz * 1e6
         out["clocks_hertz"] = clocks
@@ -264,12 +270,7 @@ class GpuReader:
             elif supported is not None:
                 self._supported_reasons = int(supported)
         mask = self._supported_reasons if self._supported_reasons is not None else -1
-        reasons = {}
-        for name, suffix in CLOCK_EVENT_REASONS:
-            bit = getattr(self.nv, "nvmlClocksEventReason" + suffix, 0)
-            if bit and mask & bit:
-                reasons[name] = bool(current & bit)
-        return reasons
+        return {name: bool(current & bit) for name, bit in self._reason_bits if mask & bit}
 
 
 __all__ = ["GpuReader", "CLOCK_EVENT_REASONS", "COMPUTE_MODES"]

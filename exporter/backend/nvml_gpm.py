@@ -8,7 +8,7 @@ The first poll has no previous sample and yields no activity.
 
 from __future__ import annotations
 
-from exporter.backend.nvml_types import PollContext, ok
+from exporter.backend.nvml_types import PollContext, field_of, ok
 from exporter.snapshot import Activity
 
 # NVML_GPM_METRIC_* id -> Activity field. All are percentages 0..100 in NVML.
@@ -103,11 +103,12 @@ class GpmReader:
         if not ok(ctx.get(section, "nvmlGpmMetricsGet", req)):
             return None
         values = {}
+        metrics = field_of(req, "metrics")  # numeric fields only: read without pynvml's hooks
         for i, (_, field) in enumerate(GPM_METRICS):
-            metric = req.metrics[i]
-            if metric.nvmlReturn == 0:  # per-metric status: non-zero means no value
+            metric = metrics[i]
+            if field_of(metric, "nvmlReturn") == 0:  # per-metric status: non-zero means no value
                 # Clamped: NVML can report slightly over 100% on MIG instances (DCGM#152).
-                values[field] = min(1.0, max(0.0, metric.value / 100.0))
+                values[field] = min(1.0, max(0.0, field_of(metric, "value") / 100.0))
         return Activity(**values)
 
     def _free(self, pair: _Pair) -> None:

@@ -33,7 +33,7 @@ vGPU guest). NotSupported (NA) leaves a value None / absent, never 0.
 
 from __future__ import annotations
 
-from exporter.backend.nvml_types import NA, PollContext, ok
+from exporter.backend.nvml_types import NA, PollContext, field_of, frozen_maker, ok
 from exporter.snapshot import DeviceHealth, NvLink
 
 # Slow-changing reads happen on the first poll and then at most once a minute (every 12th poll
@@ -57,6 +57,8 @@ NVLINK_ERRORS = (
     ("replay", "NVML_NVLINK_ERROR_DL_REPLAY"),
     ("recovery", "NVML_NVLINK_ERROR_DL_RECOVERY"),
 )
+_nvlink = frozen_maker(NvLink)  # 18 links a board, every field given: built without object.__setattr__ calls
+_device_health = frozen_maker(DeviceHealth)
 _VGPU_GUEST = 2  # NVML_GPU_VIRTUALIZATION_MODE_VGPU: the driver runs inside a vGPU VM
 
 
@@ -74,6 +76,7 @@ class HealthReader:
         self._link_state: dict[int, tuple[bool | None, dict[str, int]]] = {}
         self.last_xid: tuple[int, float] | None = None  # (code, Unix seconds), set by the XID drain
         self._violation_keys = {getattr(self.nv, const): key for key, const in VIOLATION_FIELDS}
+        self._value_members = _value_members(self.nv)  # NVML_VALUE_TYPE_* -> c_nvmlValue_t member
         # direction ("tx", "rx") -> (bytes, driver timestamp µs) of the last poll: the rate's base
         self._pcie_last: dict[str, tuple[int, int]] = {}
 
@@ -97,11 +100,13 @@ class HealthReader:
         values: dict = dict(self._slow)
         fields = self._fields(ctx, h, mine)
         values.update(fields.pop("_values"))
-        values["nvlinks"] = tuple(
-            NvLink(link=link, active=self._link_state.get(link, (None, {}))[0],
-                   tx_bytes=fields["tx"].get(link), rx_bytes=fields["rx"].get(link),
-                   errors=self._link_state.get(link, (None, {}))[1])
-            for link in range(self._links or 0))
+        states, tx, rx = self._link_state, fields["tx"], fields["rx"]
+        nvlinks = []
+        for link in range(self._links or 0):
+            active, errors = states.get(link) or (None, {})
+            nvlinks.append(_nvlink(link=link, active=active, tx_bytes=tx.get(link), rx_bytes=rx.get(link),
+                                   errors=errors))
+        values["nvlinks"] = tuple(nvlinks)
         values.update(self._pcie_rates(fields["pcie"]))
         values.update(self._media(ctx, h, mig_mode, utilization=mine))
         if mine:
@@ -109,7 +114,7 @@ class HealthReader:
             values.update(self._memory(ctx, h))
         if self.last_xid is not None:
             values["last_xid"], values["last_xid_timestamp"] = self.last_xid
-        return DeviceHealth(**values)
+        return _device_health(**values)
 
     # -- per poll -------------------------------------------------------------------------
 
@@ -136,17 +141,17 @@ class HealthReader:
                                              nv.NVML_FI_DEV_PCIE_REPLAY_COUNTER)
         pcie_tx, pcie_rx = nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES
         link_tx, link_rx = nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
-        violation_keys = self._violation_keys
+        violation_keys, members = self._violation_keys, self._value_members
         for entry in answer:
             # The struct's fields read directly: pynvml's struct class hooks every attribute read
             # in Python to turn bytes into str, and no field of a field value is bytes (about
             # 50 entries of 6 reads per GPU per poll).
-            ret, fid = _field(entry, "nvmlReturn"), _field(entry, "fieldId")
+            ret, fid = field_of(entry, "nvmlReturn"), field_of(entry, "fieldId")
             if ret != success:
                 if fid == link_count:
                     self._links = 0  # NotSupported: a board without NVLink
                 continue
-            number = _number(nv, entry)
+            number = _number(members, entry)
             if fid == memory_temp:
                 out["_values"]["memory_temperature_celsius"] = float(number)
             elif fid == replays:
@@ -154,15 +159,15 @@ class HealthReader:
             elif fid in violation_keys:
                 out["violations"][violation_keys[fid]] = number / 1e9  # ns -> s
             elif fid == pcie_tx:
-                out["pcie"]["tx"] = (int(number), int(_field(entry, "timestamp")))
+                out["pcie"]["tx"] = (int(number), int(field_of(entry, "timestamp")))
             elif fid == pcie_rx:
-                out["pcie"]["rx"] = (int(number), int(_field(entry, "timestamp")))
+                out["pcie"]["rx"] = (int(number), int(field_of(entry, "timestamp")))
             elif fid == link_count:
                 self._links = int(number)
             elif fid == link_tx:
-                out["tx"][int(_field(entry, "scopeId"))] = int(number) * 1024  # KiB -> bytes
+                out["tx"][int(field_of(entry, "scopeId"))] = int(number) * 1024  # KiB -> bytes
             elif fid == link_rx:
-                out["rx"][int(_field(entry, "scopeId"))] = int(number) * 1024
+                out["rx"][int(field_of(entry, "scopeId"))] = int(number) * 1024
         if self._links and not self._link_state:
             self._link_state = self._read_links(ctx, h)  # the count just became known
         return out
@@ -250,21 +255,17 @@ class HealthReader:
         return int(bool(features.gridLicensableFeatures[0].featureState))
 
 
-# A ctypes struct's own attribute lookup, without pynvml's Python-level hook (see _fields).
-_field = object.__getattribute__
+def _value_members(nv) -> dict[int, str]:
+    """NVML_VALUE_TYPE_* -> the c_nvmlValue_t member holding that type (unsigned long long for
+    any other type, as before)."""
+    members = {nv.NVML_VALUE_TYPE_DOUBLE: "dVal", nv.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+               nv.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal", nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal"}
+    signed_int = getattr(nv, "NVML_VALUE_TYPE_SIGNED_INT", None)
+    if signed_int is not None:
+        members.setdefault(signed_int, "siVal")
+    return members
 
 
-def _number(nv, entry):
-    kind = _field(entry, "valueType")
-    value = _field(entry, "value")
-    if kind == nv.NVML_VALUE_TYPE_DOUBLE:
-        return value.dVal
-    if kind == nv.NVML_VALUE_TYPE_UNSIGNED_INT:
-        return value.uiVal
-    if kind == nv.NVML_VALUE_TYPE_UNSIGNED_LONG:
-        return value.ulVal
-    if kind == nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
-        return value.sllVal
-    if kind == getattr(nv, "NVML_VALUE_TYPE_SIGNED_INT", -1):
-        return value.siVal
-    return value.ullVal
+def _number(members: dict[int, str], entry):
+    """The value of one field value, read as its valueType says (one dict lookup, not a chain)."""
+    return getattr(field_of(entry, "value"), members.get(field_of(entry, "valueType"), "ullVal"))

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.backend.nvml_types import DeviceTag, PollContext, ok
+from exporter.backend.nvml_types import DeviceTag, PollContext, frozen_maker, ok
 from exporter.backend.procinfo import DeviceRef
 from exporter.snapshot import MigInstance
+
+_mig_instance = frozen_maker(MigInstance)  # built without one object.__setattr__ per field
 
 # NVML_GPU_INSTANCE_PROFILE_* indices are enumerated until InvalidArgument; this bounds the
 # loop should a driver never say InvalidArgument.
@@ -103,7 +105,7 @@ class MigReader:
             if place.gi not in activity_by_gi:
                 activity_by_gi[place.gi] = gpm.gpu_instance(ctx, parent, place.gi, gpm_key) if gpm is not None else None
             extra = {"activity": activity_by_gi[place.gi]} if activity_by_gi[place.gi] is not None else {}
-            instances.append(MigInstance(
+            instances.append(_mig_instance(
                 gi=place.gi, ci=place.ci, mig_index=index, mig_uuid=uuid,
                 # Unknown profile (GI info unreadable): "", -1 and 0 rather than a guess.
                 profile=profile.name if profile else "",

@@ -19,13 +19,14 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from exporter.backend.nvml_types import NA, DeviceTag, PollContext, ok
+from exporter.backend.nvml_types import NA, DeviceTag, PollContext, field_of, frozen_maker, ok
 from exporter.backend.procinfo import DeviceRef, ProcFs, mps_memory_limit, mps_thread_ratio, select_environ
 from exporter.backend.replicas import ReplicaSlots
 from exporter.identity import Identifier, ProcessIdentity
 from exporter.redact import redact_cmdline
 from exporter.snapshot import MpsServer, ProcessInfo
 
+_process_info = frozen_maker(ProcessInfo)  # every field given: built without 19 object.__setattr__ calls
 MPS_SERVER_NAME = "nvidia-cuda-mps-server"
 _COMM_LEN = 15  # the kernel truncates /proc/<pid>/comm to 15 characters
 
@@ -63,6 +64,9 @@ class ProcessReader:
         self.procfs = procfs
         self.identifier = identifier or Identifier()
         self._meta: dict[int, _Meta] = {}
+        # (pid, MIG device UUID or None) -> (memory limit, thread ratio) of an MPS client: both
+        # come from its environment, fixed for the pid's life, so they are parsed once.
+        self._mps_limits: dict[tuple[int, str | None], tuple[int | None, float | None]] = {}
         self._seen: set[int] = set()
         self._generation = None
         self.replicas = ReplicaSlots()
@@ -77,6 +81,8 @@ class ProcessReader:
         """Forget metadata of pids no longer on the GPU (a reused pid is re-read)."""
         for pid in [p for p in self._meta if p not in self._seen]:
             del self._meta[pid]
+        for key in [k for k in self._mps_limits if k[0] not in self._meta]:
+            del self._mps_limits[key]
         self.replicas.end_poll()
 
     def read(self, ctx: PollContext, handle, dev: DeviceRef, *, on_mig: bool, tag: DeviceTag | None = None):
@@ -100,13 +106,13 @@ class ProcessReader:
             client = pid in client_pids and not server
             env = meta.environ
             pod = meta.identity.pod
-            processes.append(ProcessInfo(
+            limit, threads = self._client_limits(pid, env, dev) if client else (None, None)
+            processes.append(_process_info(
                 pid=pid, name=meta.name, cmdline=meta.cmdline, gpu_index=dev.nvml_index,
                 gi=dev.gi, ci=dev.ci, used_memory_bytes=entry.usedGpuMemory,
                 sm_utilization_ratio=util.get(pid),
                 is_mps_client=client, is_mps_server=server,
-                mps_memory_limit_bytes=mps_memory_limit(env, dev) if client else None,
-                mps_active_thread_ratio=mps_thread_ratio(env) if client else None,
+                mps_memory_limit_bytes=limit, mps_active_thread_ratio=threads,
                 environ=env, start_time=meta.start_time, workload=meta.identity.workload,
                 namespace=pod.namespace if pod else "", pod=pod.pod if pod else "",
                 container=pod.container if pod else "",
@@ -115,6 +121,16 @@ class ProcessReader:
         return processes, servers
 
     # -- steps --------------------------------------------------------------------------
+
+    def _client_limits(self, pid: int, env: dict, dev: DeviceRef) -> tuple[int | None, float | None]:
+        """(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT bytes for ``dev``, active thread ratio) of a client."""
+        key = (pid, dev.mig_uuid)
+        limits = self._mps_limits.get(key)
+        if limits is None:
+            limits = (mps_memory_limit(env, dev), mps_thread_ratio(env))
+            if pid in self._meta:  # metadata kept: the environment is the pid's for good
+                self._mps_limits[key] = limits
+        return limits
 
     def _list(self, ctx: PollContext, section: str, fn: str, handle, tag) -> list:
         procs = ctx.raw(section, fn, handle, tag=tag)
@@ -161,11 +177,12 @@ class ProcessReader:
         if not ok(samples):
             return {}
         per_pid: dict[int, list[int]] = {}
-        newest = self.last_seen_us
-        for s in samples:
-            if s.timeStamp <= self.last_seen_us:
+        last_seen = newest = self.last_seen_us
+        for s in samples:  # pynvml's sample structs; numeric fields read without its hooks
+            stamp = field_of(s, "timeStamp")
+            if stamp <= last_seen:
                 continue
-            per_pid.setdefault(int(s.pid), []).append(int(s.smUtil))
-            newest = max(newest, int(s.timeStamp))
+            per_pid.setdefault(int(field_of(s, "pid")), []).append(int(field_of(s, "smUtil")))
+            newest = max(newest, int(stamp))
         self.last_seen_us = newest
         return {pid: min(1.0, sum(v) / len(v) / 100.0) for pid, v in per_pid.items()}

@@ -1,0 +1,130 @@
+"""The hottest NVML calls, made without pynvml's per-field Python hooks (receives the pynvml
+module; never imports it). Only NvmlCaller.call (exporter.backend.nvml_caller) uses these.
+
+Why: pynvml's struct classes run every field read and write through Python-level
+``__getattribute__``/``__setattr__`` hooks (to turn bytes into str), and its process-list
+getters copy each entry into a "friendly" object field by field (about 5 µs an entry). On the
+8-GPU mixed node the calls here save about 0.9 ms of a poll's reads (docs/performance.md, "Read
+path"). Each function makes the same C calls as the pynvml function of the same name, with the
+same arguments in the same order, raises the same pynvml exceptions, and reads only numeric
+fields, through ctypes' own field descriptors (``object.__getattribute__`` reaches them without
+the hook).
+Results have the shape pynvml gives: process entries with ``pid``, ``usedGpuMemory`` (None
+when NVML says not available), ``gpuInstanceId``, ``computeInstanceId``; field values as the
+filled ``c_nvmlFieldValue_t`` array.
+
+Should pynvml lack one of the pieces used here (another nvidia-ml-py), the call falls back to
+pynvml's own function: ``direct_calls`` leaves that name out.
+"""
+
+from __future__ import annotations
+
+_get = object.__getattribute__  # a ctypes field read without pynvml's Python-level hook
+
+
+class ProcessEntry:
+    """One entry of a running-process list, as pynvml's friendly object carries it."""
+
+    __slots__ = ("computeInstanceId", "gpuInstanceId", "pid", "usedGpuMemory")
+
+    def __init__(self, pid, used, gpu_instance, compute_instance):
+        self.pid, self.usedGpuMemory = pid, used
+        self.gpuInstanceId, self.computeInstanceId = gpu_instance, compute_instance
+
+    def __repr__(self) -> str:
+        return f"ProcessEntry(pid={self.pid}, usedGpuMemory={self.usedGpuMemory})"
+
+
+def _process_list(nv, symbol: str):
+    """pynvml's two-call protocol for the running-process list of ``symbol`` (a _v3 C symbol):
+    ask for the count, then fill an array with room for processes started in between. The
+    pynvml names are unversioned, and pynvml turns FunctionNotFound into
+    NVMLLibraryMismatchError for them: so does this."""
+    c_uint, byref, entry_type = nv.c_uint, nv.byref, nv.c_nvmlProcessInfo_v3_t
+    success, insufficient = nv.NVML_SUCCESS, nv.NVML_ERROR_INSUFFICIENT_SIZE
+    not_available = nv.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+    function_pointer = nv._nvmlGetFunctionPointer
+
+    def read(handle):
+        try:
+            return entries_of(handle)
+        except nv.NVMLError_FunctionNotFound:
+            raise nv.NVMLLibraryMismatchError(f"{symbol} is absent from this NVML library") from None
+
+    def entries_of(handle):
+        fn = function_pointer(symbol)
+        count = c_uint(0)
+        ret = fn(handle, byref(count), None)
+        if ret == success:
+            return []  # no process
+        if ret != insufficient:
+            raise nv.NVMLError(ret)
+        count.value = count.value * 2 + 5  # the margin pynvml gives for processes started since
+        entries = (entry_type * count.value)()
+        ret = fn(handle, byref(count), entries)
+        if ret != success:
+            raise nv.NVMLError(ret)
+        out = []
+        for i in range(count.value):
+            entry = entries[i]
+            used = _get(entry, "usedGpuMemory")
+            out.append(ProcessEntry(_get(entry, "pid"), None if used == not_available else used,
+                                    _get(entry, "gpuInstanceId"), _get(entry, "computeInstanceId")))
+        return out
+
+    return read
+
+
+def _field_values(nv):
+    """nvmlDeviceGetFieldValues(handle, ids): ids are field ids or (field id, scope id) pairs.
+    The request array of an id list is built once (through the hooks, as pynvml does) and
+    copied for each call: NVML then fills the copy's output fields."""
+    value_type, c_int32, byref = nv.c_nvmlFieldValue_t, nv.c_int32, nv.byref
+    success = nv.NVML_SUCCESS
+    function_pointer = nv._nvmlGetFunctionPointer
+    templates: dict[tuple, object] = {}  # ids -> a zeroed request array with the ids filled
+
+    def read(handle, field_ids):
+        fn = function_pointer("nvmlDeviceGetFieldValues")
+        key = tuple(field_ids)
+        try:
+            template = templates.get(key)
+        except TypeError:  # a (field id, scope id) pair given as a list
+            key = tuple(f if isinstance(f, int) else tuple(f) for f in key)
+            template = templates.get(key)
+        if template is None:
+            template = (value_type * len(key))()
+            for i, field_id in enumerate(key):
+                if isinstance(field_id, int):
+                    template[i].fieldId = field_id
+                else:
+                    template[i].fieldId, template[i].scopeId = field_id
+            if len(templates) < 64:  # a GPU's id list changes only with its NVLink count
+                templates[key] = template
+        values = type(template).from_buffer_copy(template)
+        ret = fn(handle, c_int32(len(key)), byref(values))
+        if ret != success:
+            raise nv.NVMLError(ret)
+        return values
+
+    return read
+
+
+_NEEDS = ("c_uint", "c_int32", "byref", "_nvmlGetFunctionPointer", "NVML_SUCCESS", "NVML_ERROR_INSUFFICIENT_SIZE",
+          "NVML_VALUE_NOT_AVAILABLE_ulonglong", "NVMLError", "NVMLError_FunctionNotFound",
+          "NVMLLibraryMismatchError", "c_nvmlProcessInfo_v3_t", "c_nvmlFieldValue_t")
+
+
+def direct_calls(nv) -> dict:
+    """{pynvml function name: function making the same call directly}; empty when ``nv``
+    lacks a piece these need (a stand-in module, another nvidia-ml-py)."""
+    if not all(hasattr(nv, name) for name in _NEEDS):
+        return {}
+    return {
+        "nvmlDeviceGetComputeRunningProcesses": _process_list(nv, "nvmlDeviceGetComputeRunningProcesses_v3"),
+        "nvmlDeviceGetMPSComputeRunningProcesses": _process_list(nv, "nvmlDeviceGetMPSComputeRunningProcesses_v3"),
+        "nvmlDeviceGetFieldValues": _field_values(nv),
+    }
+
+
+__all__ = ["ProcessEntry", "direct_calls"]
