@@ -38,19 +38,45 @@ MIN_MARGIN_SHARE = 0.02  # a grounded overflow needs this share of the device to
 CRITICAL_CONFIDENCE = 0.8  # the alerts' critical tier: gpushare_*_memory_contention_confidence_ratio >= this
 
 
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def peak_spread(state: ProcessState) -> float:
-    """How far the typical (median) learned peak of its profile is below the highest, as a share
-    of the highest (0..1). The median, not the lowest: a run whose spike fell between two polls
-    is a missed sample, not a smaller job."""
+    """How far the typical (median) peak of its complete learned runs is below the peak it is
+    forecast with, as a share of that peak (0..1). The median, not the lowest: a run whose spike
+    fell between two polls is a missed sample, not a smaller job. The forecast peak can be above
+    every complete run's: a running or killed run went higher (profiles.learn_running), and the
+    timeline learned from complete runs is scaled up to it. Such a peak was seen, but not *when*
+    in a run it comes, so a run-to-run spread that large is what it is."""
     profile = state.profile
     if profile is None or state.basis not in ("learned", "scaled"):
         return 0.0
-    peaks = sorted(p for p in profile.recent_peaks if p > 0)
-    if len(peaks) < 2:
+    peaks = [p for p in profile.recent_peaks if p > 0]
+    top = max([profile.peak_bytes] + peaks)
+    if not peaks or top <= 0:
         return UNKNOWN_SPREAD
-    middle = len(peaks) // 2
-    median = peaks[middle] if len(peaks) % 2 else (peaks[middle - 1] + peaks[middle]) / 2
-    return (peaks[-1] - median) / peaks[-1]
+    spread = (top - _median(peaks)) / top
+    return max(UNKNOWN_SPREAD, spread) if len(peaks) < 2 else spread
+
+
+def timing_spread(state: ProcessState) -> float:
+    """How much when its runs reach their peak varies from run to run, as a share of that age
+    (0..1): (latest - earliest) / median of the ages at which its last complete runs first came
+    within PEAK_BAND of their peak (WorkloadProfile.recent_peak_ages). TIMING_SHARE when fewer
+    than two runs say: one run is no spread, but it is not no drift either."""
+    profile = state.profile
+    if profile is None or state.basis not in ("learned", "scaled"):
+        return 0.0
+    ages = [a for a in profile.recent_peak_ages if a >= 0]
+    if len(ages) < 2:
+        return TIMING_SHARE
+    middle = _median(ages)
+    if middle <= 0:
+        return TIMING_SHARE
+    return min(1.0, (max(ages) - min(ages)) / middle)
 
 
 def grounding(state: ProcessState) -> float:
@@ -58,8 +84,10 @@ def grounding(state: ProcessState) -> float:
     weight = GROUNDING.get(state.basis, 0.0)
     profile = state.profile
     if profile is not None and state.basis in ("learned", "scaled"):
-        # one run: its next run may differ by anything; several: by about the spread of their peaks
-        weight *= SINGLE_RUN if profile.runs < 2 else max(0.0, 1.0 - SPREAD_WEIGHT * peak_spread(state))
+        # several runs: the next one differs by about the spread of their peaks; one run: by
+        # anything, so never more than SINGLE_RUN, and less when its forecast peak is above it
+        spread = max(0.0, 1.0 - SPREAD_WEIGHT * peak_spread(state))
+        weight *= min(SINGLE_RUN, spread) if profile.runs < 2 else spread
     return weight
 
 

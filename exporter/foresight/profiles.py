@@ -41,6 +41,9 @@ class WorkloadProfile:
     updated_at: float  # Unix seconds of the last change
     device_bytes: int | None = None  # usable memory of the device the timeline was learned on
     recent_peaks: tuple[int, ...] = ()  # peaks of the last RECENT_RUNS complete runs, oldest first (bytes)
+    # ages (s) at which those runs first reached PEAK_BAND of their own peak, oldest first: when in a
+    # run its peak comes, and how much that varies from run to run (exporter.foresight.confidence)
+    recent_peak_ages: tuple[float, ...] = ()
 
     @property
     def peak_at_fraction(self) -> float | None:
@@ -170,6 +173,10 @@ class RunRecorder:
             return None
         return next(age for age, value in self.points if value >= threshold)
 
+    def first_peak_age(self) -> float | None:
+        """Age (s) at which the run first reached PEAK_BAND of its own peak; None without samples."""
+        return self.first_age_at_or_above(PEAK_BAND * self.peak_bytes) if self.samples else None
+
     def age(self, now: float) -> float:
         """Seconds since the run started."""
         return max(0.0, now - self.start)
@@ -213,13 +220,17 @@ def learn_run(
     if old is not None and old.runs > 0 and not history:  # a profile stored before recent_peaks
         history = (old.peak_bytes,)
     recent = (history + (run.peak_bytes,))[-RECENT_RUNS:]
+    peak_age = run.first_peak_age()
+    ages = old.recent_peak_ages if old is not None and old.runs > 0 else ()
+    ages = (ages + (() if peak_age is None else (round(peak_age, 1),)))[-RECENT_RUNS:]
     peak = max(recent)
     runs = (old.runs if old else 0) + 1
     samples = (old.samples if old else 0) + run.samples
     if old is not None and old.usable and run.peak_bytes < PEAK_BAND * peak:
         # This run missed the peak (a spike between polls, a smaller input): keep the timing
         # of the runs that saw it.
-        return replace(old, peak_bytes=peak, runs=runs, samples=samples, updated_at=now, recent_peaks=recent)
+        return replace(old, peak_bytes=peak, runs=runs, samples=samples, updated_at=now, recent_peaks=recent,
+                       recent_peak_ages=ages)
     timeline = run.timeline()
     top = max(value for _, value in timeline)
     return WorkloadProfile(
@@ -233,6 +244,7 @@ def learn_run(
         updated_at=now,
         device_bytes=run.device_bytes,
         recent_peaks=recent,
+        recent_peak_ages=ages,
     )
 
 
