@@ -7,7 +7,7 @@ from dataclasses import replace
 from exporter.foresight import Foresight
 from exporter.foresight.confidence import CRITICAL_CONFIDENCE, contention_confidence, grounding, peak_spread
 from exporter.foresight.forecast import ProcessState, forecast_device
-from exporter.foresight.profiles import WorkloadProfile
+from exporter.foresight.profiles import RunRecorder, WorkloadProfile, learn_run, learn_running
 from foresight_scenarios import WAN_DURATION, Job, learn_solo_run, replay
 
 GiB = 2**30
@@ -122,3 +122,31 @@ def test_an_overflow_within_the_peaks_spread_is_not_likely():
     far = contention_confidence(states, forecast_device(states, 30 * GiB))
     assert near is not None and far is not None
     assert near < CRITICAL_CONFIDENCE <= far
+
+
+
+def test_a_peak_raised_by_a_running_run_but_never_seen_in_a_complete_one_does_not_page():
+    """A job polled alone holds 8 GiB; its 3 s spikes to 16 GiB fall between polls, so its
+    complete run learns a flat 8 GiB. A replica running beside others is polled at other moments
+    and sees one: the running run raises the learned peak to 16 GiB (profiles.learn_running), and
+    the flat timeline is scaled up to it. Five replicas at their 8 GiB plateau are then expected
+    at 16 GiB each, 80 GiB on a 64 GiB device: the warning may say so, but nothing says when in a
+    run that peak comes, so it must not page."""
+    solo = RunRecorder("evalloop", 0.0, True, 64 * GiB)
+    for age in range(0, 400, 5):
+        solo.add(float(age), min(8 * GiB, 8 * GiB * age // 10))
+    flat = learn_run(None, solo, 400.0, truncated=False, poll_interval=5.0)
+    running = RunRecorder("evalloop", 500.0, True, 64 * GiB)
+    for age in range(2, 200, 5):
+        running.add(500.0 + age, 16 * GiB if age % 50 == 2 and age > 30 else min(8 * GiB, 8 * GiB * age // 10))
+    raised = learn_running(flat, running, 700.0)
+    assert flat.peak_bytes == 8 * GiB and raised.peak_bytes == 16 * GiB and raised.recent_peaks == (8 * GiB,)
+    states = [ProcessState(i, 8 * GiB, 100.0, raised, position=100.0, basis="learned") for i in range(5)]
+    forecast = forecast_device(states, 64 * GiB)
+    assert forecast.headroom_bytes < 0, "the raised peak is a predicted overflow (the warning tier)"
+    assert peak_spread(states[0]) == 0.5
+    assert contention_confidence(states, forecast) < CRITICAL_CONFIDENCE
+    # the same replicas on a profile whose complete run saw 16 GiB page
+    seen = replace(raised, recent_peaks=(16 * GiB,))
+    states = [replace(s, profile=seen) for s in states]
+    assert contention_confidence(states, forecast_device(states, 64 * GiB)) >= CRITICAL_CONFIDENCE

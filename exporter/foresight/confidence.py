@@ -33,6 +33,8 @@ SPREAD_WEIGHT = 3.0  # grounding of several runs: 1 - this x spread (0.85 at 5 %
 # so what is left is run-to-run jitter of a few percent; 0.1 held back narrow collisions that
 # were real (docs/foresight.md, "Confidence").
 TIMING_SHARE = 0.05
+SLOWDOWN_SHARE = 0.1
+ETA_MODE = "eta"
 WHEN_UNKNOWN = ("declared", "trend")  # bases that say how much (or how fast), never when
 MIN_MARGIN_SHARE = 0.02  # a grounded overflow needs this share of the device to be fully confident
 CRITICAL_CONFIDENCE = 0.8  # the alerts' critical tier: gpushare_*_memory_contention_confidence_ratio >= this
@@ -77,6 +79,25 @@ def timing_spread(state: ProcessState) -> float:
     if middle <= 0:
         return TIMING_SHARE
     return min(1.0, (max(ages) - min(ages)) / middle)
+
+
+def timing_drift(states: Sequence[ProcessState], growth: dict[int, int], eta: float) -> float:
+    """Seconds by which the moment the growing processes meet may be off (see module docstring).
+
+    - Each growing process's learned timing drifts from run to run by its timing_spread (at least
+      TIMING_SHARE) of how far ahead it is read: ETA_MODE "eta" reads that from now, "anchor" from
+      the last landmark it was seen to cross (anchor_age; its start when none).
+    - Their positions are read at one slowdown; where it is off by SLOWDOWN_SHARE, runs that
+      started at different times (or last crossed a landmark at different times) drift apart by
+      that share of the difference: a staggered start is only a collision if the stagger holds.
+    """
+    growing = [s for s in states if growth.get(s.pid, 0) > 0 and s.profile is not None]
+    if not growing:
+        return TIMING_SHARE * eta
+    since = [max(0.0, s.age_seconds - s.anchor_age) for s in growing]
+    jitter = max(max(TIMING_SHARE, timing_spread(s)) * (eta + (a if ETA_MODE == "anchor" else 0.0))
+                 for s, a in zip(growing, since))
+    return jitter + SLOWDOWN_SHARE * (max(since) - min(since))
 
 
 def grounding(state: ProcessState) -> float:
@@ -128,6 +149,6 @@ def contention_confidence(states: Sequence[ProcessState], forecast: DeviceForeca
     clears = max(0.0, min(1.0, (-headroom - ungrounded) / margin))
     # Timing: an overflow that lasts less than the learned timings may drift by then (spikes
     # read far ahead on their learned ages) needs them to meet to the second: not likely yet.
-    drift = TIMING_SHARE * forecast.contention_in_seconds
+    drift = timing_drift(states, growth, forecast.contention_in_seconds)
     timing = 1.0 if drift <= 0 else min(1.0, over_seconds(states, forecast, grace) / drift)
     return round(min(grounded, clears, timing), 2)

@@ -41,7 +41,7 @@ class WorkloadProfile:
     updated_at: float  # Unix seconds of the last change
     device_bytes: int | None = None  # usable memory of the device the timeline was learned on
     recent_peaks: tuple[int, ...] = ()  # peaks of the last RECENT_RUNS complete runs, oldest first (bytes)
-    # ages (s) at which those runs first reached PEAK_BAND of their own peak, oldest first: when in a
+    # ages (s) at which those runs first came within PEAK_BAND of the learned peak, oldest first: when in a
     # run its peak comes, and how much that varies from run to run (exporter.foresight.confidence)
     recent_peak_ages: tuple[float, ...] = ()
 
@@ -173,10 +173,6 @@ class RunRecorder:
             return None
         return next(age for age, value in self.points if value >= threshold)
 
-    def first_peak_age(self) -> float | None:
-        """Age (s) at which the run first reached PEAK_BAND of its own peak; None without samples."""
-        return self.first_age_at_or_above(PEAK_BAND * self.peak_bytes) if self.samples else None
-
     def age(self, now: float) -> float:
         """Seconds since the run started."""
         return max(0.0, now - self.start)
@@ -220,10 +216,12 @@ def learn_run(
     if old is not None and old.runs > 0 and not history:  # a profile stored before recent_peaks
         history = (old.peak_bytes,)
     recent = (history + (run.peak_bytes,))[-RECENT_RUNS:]
-    peak_age = run.first_peak_age()
+    peak = max(recent)
+    # When this run came within PEAK_BAND of the learned peak; a run that never did (its spike
+    # fell between polls) says nothing about when the peak comes, and adds no age.
+    peak_age = run.first_age_at_or_above(PEAK_BAND * peak)
     ages = old.recent_peak_ages if old is not None and old.runs > 0 else ()
     ages = (ages + (() if peak_age is None else (round(peak_age, 1),)))[-RECENT_RUNS:]
-    peak = max(recent)
     runs = (old.runs if old else 0) + 1
     samples = (old.samples if old else 0) + run.samples
     if old is not None and old.usable and run.peak_bytes < PEAK_BAND * peak:

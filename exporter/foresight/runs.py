@@ -118,7 +118,7 @@ class RunPlanner:
         if profile is not None:
             speed = progress.slowdown(age, slowdown)
             return ProcessState(proc.pid, used, age, profile, progress.position(age, speed), speed, basis,
-                                declared or 0, steady=is_steady(run.points, used))
+                                declared or 0, steady=is_steady(run.points, used), anchor_age=progress.anchor())
         slope, horizon = self._run_trend(live)
         basis = "declared" if declared else "trend" if slope > 0 else "current"
         return ProcessState(proc.pid, used, age, basis=basis, floor_bytes=declared or 0,
