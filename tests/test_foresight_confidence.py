@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from exporter.foresight import Foresight
-from exporter.foresight.confidence import CRITICAL_CONFIDENCE, contention_confidence, grounding, peak_spread
+from exporter.foresight.confidence import (
+    CRITICAL_CONFIDENCE,
+    HOLD_DOWN_SECONDS,
+    contention_confidence,
+    grounding,
+    hold_confidence,
+    peak_spread,
+)
 from exporter.foresight.forecast import ProcessState, forecast_device
 from exporter.foresight.profiles import RunRecorder, WorkloadProfile, learn_run, learn_running
 from foresight_scenarios import WAN_DURATION, Job, learn_solo_run, replay
@@ -150,3 +157,66 @@ def test_a_peak_raised_by_a_running_run_but_never_seen_in_a_complete_one_does_no
     seen = replace(raised, recent_peaks=(16 * GiB,))
     states = [replace(s, profile=seen) for s in states]
     assert contention_confidence(states, forecast_device(states, 64 * GiB)) >= CRITICAL_CONFIDENCE
+
+
+def test_a_cleared_page_is_not_repeated_for_the_same_overflow_within_the_hold_down():
+    """Hysteresis: a contention paged (0.9), cleared for longer than the grace, then predicted
+    again 5 minutes later with the same overflow stays a warning; one whose overflow grew by more
+    than MIN_MARGIN_SHARE of the device pages again, and after HOLD_DOWN_SECONDS anything may."""
+    capacity, grace = 40 * GiB, 60.0
+    confidence, hold = hold_confidence(0.9, None, 0.0, 2 * GiB, capacity, grace)
+    assert confidence == 0.9
+    confidence, hold = hold_confidence(0.3, hold, 5.0, 2 * GiB, capacity, grace)
+    assert confidence == 0.9, "held while the contention stays predicted"
+    assert hold_confidence(None, hold, 10.0, 0, capacity, grace)[0] is None
+    again, _ = hold_confidence(0.9, hold, 300.0, 2 * GiB, capacity, grace)
+    assert again < CRITICAL_CONFIDENCE
+    grown, _ = hold_confidence(0.9, hold, 300.0, 3 * GiB, capacity, grace)  # 1 GiB more: 2.5 % of 40 GiB
+    assert grown >= CRITICAL_CONFIDENCE
+    later, _ = hold_confidence(0.9, hold, 5.0 + HOLD_DOWN_SECONDS + 1.0, 2 * GiB, capacity, grace)
+    assert later >= CRITICAL_CONFIDENCE
+    never_paged, hold = hold_confidence(0.5, None, 0.0, 2 * GiB, capacity, grace)
+    assert hold_confidence(0.9, hold, 300.0, 2 * GiB, capacity, grace)[0] == 0.9, "only a page is held down"
+
+
+def periodic(stagger: float, eval_at: tuple[float, ...] = (300.0, 600.0, 900.0)) -> WorkloadProfile:
+    """A trainer learned twice: 10 GiB, with a 40 s evaluation spike to 20 GiB at each of eval_at."""
+    steps = [(0.0, 10 * GiB)]
+    for at in eval_at:
+        steps += [(at, 20 * GiB), (at + 40.0, 10 * GiB)]
+    return WorkloadProfile("trainer", 20 * GiB, eval_at[0], 1200.0, 2, 400, tuple(steps), 1.0,
+                           recent_peaks=(20 * GiB, 20 * GiB), recent_peak_ages=(eval_at[0], eval_at[0]))
+
+
+def test_staggered_periodic_spikes_are_a_collision_only_if_the_stagger_survives_the_slowdown():
+    """Two replicas of a trainer whose evaluations (not a clock: progress.is_clock) are read at
+    age over one slowdown. Started 600 s apart, the first's third evaluation and the second's
+    first are predicted to meet for 40 s, 100 s from now, on a 36 GiB device; but a slowdown off
+    by SLOWDOWN_SHARE moves them 60 s apart: a warning. Started together, their first spikes meet
+    whatever the slowdown: a page."""
+    job = periodic(0.0)
+    staggered = [ProcessState(1, 10 * GiB, 800.0, job, position=800.0, basis="learned"),
+                 ProcessState(2, 10 * GiB, 200.0, job, position=200.0, basis="learned")]
+    together = [ProcessState(i, 10 * GiB, 200.0, job, position=200.0, basis="learned") for i in (1, 2)]
+    for states, pages in ((staggered, False), (together, True)):
+        forecast = forecast_device(states, 36 * GiB)
+        assert forecast.contention_in_seconds == 100.0
+        confidence = contention_confidence(states, forecast)
+        assert (confidence >= CRITICAL_CONFIDENCE) is pages, (confidence, pages)
+
+
+def test_memory_held_past_a_runs_learned_end_does_not_ground_a_page():
+    """A run already past its learned end is held as long again as it is late: a guess. A learned
+    co-tenant's spike 100 s from now overflows the device only if that run is still there, so it is
+    a warning, not a page; the same spike beside a run within its learned life pages."""
+    spike = WorkloadProfile("render", 26 * GiB, 220.0, 400.0, 2, 80,
+                            ((0.0, 13 * GiB), (215.0, 26 * GiB), (260.0, 13 * GiB)), 1.0,
+                            recent_peaks=(26 * GiB, 26 * GiB), recent_peak_ages=(215.0, 218.0))
+    trainer = WorkloadProfile("trainer", 19 * GiB, 100.0, 900.0, 2, 200, ((0.0, 19 * GiB),), 1.0,
+                              recent_peaks=(19 * GiB, 19 * GiB), recent_peak_ages=(100.0, 100.0))
+    render = ProcessState(1, 13 * GiB, 115.0, spike, position=115.0, basis="learned")
+    for age, pages in ((1050.0, False), (500.0, True)):
+        other = ProcessState(2, 19 * GiB, age, trainer, position=age, basis="learned")
+        forecast = forecast_device([render, other], 40 * GiB, grace=5.0)
+        assert forecast.contention_in_seconds == 100.0
+        assert (contention_confidence([render, other], forecast, 5.0) >= CRITICAL_CONFIDENCE) is pages, age

@@ -20,9 +20,11 @@ fires at CRITICAL_CONFIDENCE or more (docs/alerts.md); the rest is a warning.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Sequence
 
-from exporter.foresight.forecast import DeviceForecast, ProcessState, demand_profile, process_curve
+from exporter.foresight.progress import is_clock
+from exporter.foresight.forecast import HORIZON_SECONDS, DeviceForecast, ProcessState, demand_profile, process_curve
 
 GROUNDING = {"learned": 1.0, "scaled": 0.6, "declared": 0.6, "trend": 0.4, "current": 1.0}
 SINGLE_RUN = 0.85  # a profile learned from one run: a measurement, but of one run only
@@ -34,10 +36,14 @@ SPREAD_WEIGHT = 3.0  # grounding of several runs: 1 - this x spread (0.85 at 5 %
 # were real (docs/foresight.md, "Confidence").
 TIMING_SHARE = 0.05
 SLOWDOWN_SHARE = 0.1
-ETA_MODE = "eta"
+NONCLOCK_AGE = False
+SPREAD_MODE = "mad"
+PAST_END = True
 WHEN_UNKNOWN = ("declared", "trend")  # bases that say how much (or how fast), never when
 MIN_MARGIN_SHARE = 0.02  # a grounded overflow needs this share of the device to be fully confident
 CRITICAL_CONFIDENCE = 0.8  # the alerts' critical tier: gpushare_*_memory_contention_confidence_ratio >= this
+HOLD_DOWN_SECONDS = 600.0  # a device's cleared page is not repeated within this unless its overflow grows
+HELD_DOWN = 0.79  # the most confidence a held-down contention gets (just under CRITICAL_CONFIDENCE)
 
 
 def _median(values: Sequence[float]) -> float:
@@ -78,26 +84,49 @@ def timing_spread(state: ProcessState) -> float:
     middle = _median(ages)
     if middle <= 0:
         return TIMING_SHARE
+    if SPREAD_MODE == "mad":
+        return min(1.0, 2 * _median([abs(a - middle) for a in ages]) / middle)
     return min(1.0, (max(ages) - min(ages)) / middle)
 
 
-def timing_drift(states: Sequence[ProcessState], growth: dict[int, int], eta: float) -> float:
-    """Seconds by which the moment the growing processes meet may be off (see module docstring).
+def _past_end(state: ProcessState) -> bool:
+    """True when a learned run is already past its learned end: how long it goes on is a guess
+    (forecast.process_curve holds it as long again as it is late), so what it is expected to
+    hold at a later collision is not grounded by its profile."""
+    profile = state.profile
+    return (profile is not None and profile.duration_seconds is not None
+            and state.position >= float(profile.duration_seconds))
 
-    - Each growing process's learned timing drifts from run to run by its timing_spread (at least
-      TIMING_SHARE) of how far ahead it is read: ETA_MODE "eta" reads that from now, "anchor" from
-      the last landmark it was seen to cross (anchor_age; its start when none).
-    - Their positions are read at one slowdown; where it is off by SLOWDOWN_SHARE, runs that
-      started at different times (or last crossed a landmark at different times) drift apart by
-      that share of the difference: a staggered start is only a collision if the stagger holds.
+
+def _changes(state: ProcessState, until: float, grace: float) -> bool:
+    """True when the learned curve of a process changes level before ``until`` (s from now): when
+    that comes matters to the collision, as much as when a co-tenant grows."""
+    steps, end = process_curve(state, grace)
+    return any(0.0 < tau <= until for tau, _ in steps[1:]) or (end is not None and end <= until)
+
+
+def timing_drift(states: Sequence[ProcessState], growth: dict[int, int], eta: float, until: float = 0.0,
+                 grace: float = 0.0) -> float:
+    """Seconds by which the moment the processes meet may be off (see module docstring).
+
+    Only processes whose learned curve moves before the overflow ends (they grow, or a spike of
+    theirs ends) count:
+
+    - each one's learned timing drifts from run to run by its timing_spread (at least
+      TIMING_SHARE) of how far ahead it is read;
+    - a run whose profile is no clock (progress.is_clock: periodic spikes, a server's load) is
+      read at its age over one slowdown, never corrected by a landmark: where that slowdown is
+      off by SLOWDOWN_SHARE, two such runs that started at different times are off from each
+      other by that share of the difference of their ages. A collision of staggered runs' spikes
+      is only likely if it survives that.
     """
-    growing = [s for s in states if growth.get(s.pid, 0) > 0 and s.profile is not None]
-    if not growing:
+    moving = [s for s in states if s.profile is not None and (growth.get(s.pid, 0) > 0 or _changes(s, until, grace))]
+    if not moving:
         return TIMING_SHARE * eta
-    since = [max(0.0, s.age_seconds - s.anchor_age) for s in growing]
-    jitter = max(max(TIMING_SHARE, timing_spread(s)) * (eta + (a if ETA_MODE == "anchor" else 0.0))
-                 for s, a in zip(growing, since))
-    return jitter + SLOWDOWN_SHARE * (max(since) - min(since))
+    jitter = max(max(TIMING_SHARE, timing_spread(s)) * (eta + (s.age_seconds if NONCLOCK_AGE and not is_clock(s.profile) else 0.0)) for s in moving)
+    free = [s.age_seconds for s in moving if not is_clock(s.profile)]
+    stagger = max(free) - min(free) if len(free) > 1 else 0.0
+    return jitter + SLOWDOWN_SHARE * stagger
 
 
 def grounding(state: ProcessState) -> float:
@@ -145,10 +174,55 @@ def contention_confidence(states: Sequence[ProcessState], forecast: DeviceForeca
     # moment a learned co-tenant peaks is not likely either: their growth counts as ungrounded whole.
     when_unknown = {s.pid for s in states if s.basis in WHEN_UNKNOWN}
     ungrounded = sum((1.0 if pid in when_unknown else 1.0 - weights[pid]) * g for pid, g in growth.items())
+    if PAST_END:
+        ungrounded += sum(at.get(s.pid, 0) for s in states if _past_end(s) and forecast.contention_in_seconds > grace)
     margin = max(MIN_MARGIN_SHARE * (forecast.capacity_bytes or 0), 1)
     clears = max(0.0, min(1.0, (-headroom - ungrounded) / margin))
     # Timing: an overflow that lasts less than the learned timings may drift by then (spikes
     # read far ahead on their learned ages) needs them to meet to the second: not likely yet.
-    drift = timing_drift(states, growth, forecast.contention_in_seconds)
-    timing = 1.0 if drift <= 0 else min(1.0, over_seconds(states, forecast, grace) / drift)
+    over = over_seconds(states, forecast, grace)
+    eta = forecast.contention_in_seconds
+    drift = timing_drift(states, growth, eta, eta + min(over, HORIZON_SECONDS), grace)
+    timing = 1.0 if drift <= 0 else min(1.0, over / drift)
     return round(min(grounded, clears, timing), 2)
+
+
+@dataclass(frozen=True)
+class ConfidenceHold:
+    """What one device's confidence remembers from poll to poll (see hold_confidence)."""
+
+    held: float = 0.0  # highest confidence since its contention began
+    seen: float = 0.0  # last poll (s) its contention was predicted
+    paged_over: int = 0  # most overflow (bytes) predicted while it was at CRITICAL_CONFIDENCE
+    cleared_at: float | None = None  # when the last contention that reached it cleared
+    cleared_over: int = 0  # ... and its paged_over
+
+
+def hold_confidence(raw: float | None, hold: ConfidenceHold | None, now: float, overflow: int,
+                    capacity: int | None, grace: float) -> tuple[float | None, ConfidenceHold | None]:
+    """The confidence a device exports this poll, and what it remembers for the next.
+
+    - Held at its highest while the contention stays predicted (a gap of up to ``grace`` seconds
+      included, as the rules' keep_firing_for): a run between two landmarks, or a co-tenant just
+      killed, must not turn a page back into a warning.
+    - Hysteresis: once a contention that reached CRITICAL_CONFIDENCE has cleared, a new one on
+      the device within HOLD_DOWN_SECONDS stays below it unless its overflow exceeds the
+      cleared one's by MIN_MARGIN_SHARE of the device: a forecast that said yes, then no, then
+      yes again about the same overflow has not learned anything new, and the on-call was paged
+      for it already.
+    ``raw``: contention_confidence() of this poll (None: no contention predicted); ``overflow``:
+    bytes above capacity (-headroom) when predicted.
+    """
+    if raw is None:
+        return None, hold
+    hold = hold or ConfidenceHold(seen=now)
+    if now - hold.seen > grace:  # the contention had cleared: a new one begins
+        if hold.held >= CRITICAL_CONFIDENCE:
+            hold = replace(hold, cleared_at=hold.seen, cleared_over=hold.paged_over)
+        hold = replace(hold, held=0.0, paged_over=0)
+    if (hold.held < CRITICAL_CONFIDENCE and hold.cleared_at is not None and now - hold.cleared_at < HOLD_DOWN_SECONDS
+            and overflow <= hold.cleared_over + MIN_MARGIN_SHARE * (capacity or 0)):
+        raw = min(raw, HELD_DOWN)
+    confidence = max(raw, hold.held)
+    paged_over = max(hold.paged_over, overflow) if confidence >= CRITICAL_CONFIDENCE else hold.paged_over
+    return confidence, replace(hold, held=confidence, seen=now, paged_over=paged_over)
