@@ -185,7 +185,7 @@ def periodic(stagger: float, eval_at: tuple[float, ...] = (300.0, 600.0, 900.0))
     for at in eval_at:
         steps += [(at, 20 * GiB), (at + 40.0, 10 * GiB)]
     return WorkloadProfile("trainer", 20 * GiB, eval_at[0], 1200.0, 2, 400, tuple(steps), 1.0,
-                           recent_peaks=(20 * GiB, 20 * GiB), recent_peak_ages=(eval_at[0], eval_at[0]))
+                           recent_peaks=(20 * GiB, 20 * GiB))
 
 
 def test_staggered_periodic_spikes_are_a_collision_only_if_the_stagger_survives_the_slowdown():

@@ -135,6 +135,13 @@ def trend(points: Sequence[tuple[float, int]], age: float) -> tuple[float, float
     return (floors[2] - floors[0]) / (span * 2 / 3), min(age / 4, TREND_MAX_SECONDS)
 
 
+def recent_floor(points: Sequence[tuple[float, int]], age: float) -> int | None:
+    """The least a run held over its last TREND_WINDOW seconds, its first TREND_SKIP_LOAD
+    (loading) left out (bytes); None before it has any such sample."""
+    recent = points[bisect_left(points, max(age - TREND_WINDOW, TREND_SKIP_LOAD), key=_age):]  # ages ascend
+    return min((v for _, v in recent), default=None)
+
+
 def is_steady(points: Sequence[tuple[float, int]], used: int) -> bool:
     """True when a run's samples of the last STEADY_SECONDS (at least 3, and an older one
     before them) all lie within STEADY_BAND of its use now."""

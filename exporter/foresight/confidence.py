@@ -35,10 +35,9 @@ SPREAD_WEIGHT = 3.0  # grounding of several runs: 1 - this x spread (0.85 at 5 %
 # so what is left is run-to-run jitter of a few percent; 0.1 held back narrow collisions that
 # were real (docs/foresight.md, "Confidence").
 TIMING_SHARE = 0.05
+# Runs whose profile is no clock are read at their age over one slowdown, which may be off by
+# this share (co-tenants slow each other by 0-30 %; a device with no clock profile measures none)
 SLOWDOWN_SHARE = 0.1
-NONCLOCK_AGE = False
-SPREAD_MODE = "mad"
-PAST_END = True
 WHEN_UNKNOWN = ("declared", "trend")  # bases that say how much (or how fast), never when
 MIN_MARGIN_SHARE = 0.02  # a grounded overflow needs this share of the device to be fully confident
 CRITICAL_CONFIDENCE = 0.8  # the alerts' critical tier: gpushare_*_memory_contention_confidence_ratio >= this
@@ -70,25 +69,6 @@ def peak_spread(state: ProcessState) -> float:
     return max(UNKNOWN_SPREAD, spread) if len(peaks) < 2 else spread
 
 
-def timing_spread(state: ProcessState) -> float:
-    """How much when its runs reach their peak varies from run to run, as a share of that age
-    (0..1): (latest - earliest) / median of the ages at which its last complete runs first came
-    within PEAK_BAND of their peak (WorkloadProfile.recent_peak_ages). TIMING_SHARE when fewer
-    than two runs say: one run is no spread, but it is not no drift either."""
-    profile = state.profile
-    if profile is None or state.basis not in ("learned", "scaled"):
-        return 0.0
-    ages = [a for a in profile.recent_peak_ages if a >= 0]
-    if len(ages) < 2:
-        return TIMING_SHARE
-    middle = _median(ages)
-    if middle <= 0:
-        return TIMING_SHARE
-    if SPREAD_MODE == "mad":
-        return min(1.0, 2 * _median([abs(a - middle) for a in ages]) / middle)
-    return min(1.0, (max(ages) - min(ages)) / middle)
-
-
 def _past_end(state: ProcessState) -> bool:
     """True when a learned run is already past its learned end: how long it goes on is a guess
     (forecast.process_curve holds it as long again as it is late), so what it is expected to
@@ -96,6 +76,16 @@ def _past_end(state: ProcessState) -> bool:
     profile = state.profile
     return (profile is not None and profile.duration_seconds is not None
             and state.position >= float(profile.duration_seconds))
+
+
+def _gives_back(state: ProcessState) -> int:
+    """Bytes a process without a profile holds now above the least it held lately (after
+    loading): one that gave memory back before (a server's cache in load waves, a notebook that
+    drops a model) is at a high of its own now, and nothing says it still holds that at a later
+    collision. 0 for a learned run (its curve says when it falls) and for one that only grows."""
+    if state.profile is not None or state.low_bytes is None:
+        return 0
+    return max(0, state.used_bytes - state.low_bytes)
 
 
 def _changes(state: ProcessState, until: float, grace: float) -> bool:
@@ -107,26 +97,24 @@ def _changes(state: ProcessState, until: float, grace: float) -> bool:
 
 def timing_drift(states: Sequence[ProcessState], growth: dict[int, int], eta: float, until: float = 0.0,
                  grace: float = 0.0) -> float:
-    """Seconds by which the moment the processes meet may be off (see module docstring).
+    """Seconds by which the moment the processes meet may be off.
 
     Only processes whose learned curve moves before the overflow ends (they grow, or a spike of
     theirs ends) count:
 
-    - each one's learned timing drifts from run to run by its timing_spread (at least
-      TIMING_SHARE) of how far ahead it is read;
+    - learned timings drift from run to run by TIMING_SHARE of how far ahead they are read;
     - a run whose profile is no clock (progress.is_clock: periodic spikes, a server's load) is
-      read at its age over one slowdown, never corrected by a landmark: where that slowdown is
-      off by SLOWDOWN_SHARE, two such runs that started at different times are off from each
-      other by that share of the difference of their ages. A collision of staggered runs' spikes
-      is only likely if it survives that.
+      read at its age over one slowdown and never corrected by a landmark: where that slowdown
+      is off by SLOWDOWN_SHARE, two such runs that started at different times are off from each
+      other by that share of the difference of their ages. A collision of staggered runs'
+      spikes is only likely if it survives that; replicas started together drift alike.
     """
     moving = [s for s in states if s.profile is not None and (growth.get(s.pid, 0) > 0 or _changes(s, until, grace))]
     if not moving:
         return TIMING_SHARE * eta
-    jitter = max(max(TIMING_SHARE, timing_spread(s)) * (eta + (s.age_seconds if NONCLOCK_AGE and not is_clock(s.profile) else 0.0)) for s in moving)
     free = [s.age_seconds for s in moving if not is_clock(s.profile)]
     stagger = max(free) - min(free) if len(free) > 1 else 0.0
-    return jitter + SLOWDOWN_SHARE * stagger
+    return TIMING_SHARE * eta + SLOWDOWN_SHARE * stagger
 
 
 def grounding(state: ProcessState) -> float:
@@ -174,8 +162,9 @@ def contention_confidence(states: Sequence[ProcessState], forecast: DeviceForeca
     # moment a learned co-tenant peaks is not likely either: their growth counts as ungrounded whole.
     when_unknown = {s.pid for s in states if s.basis in WHEN_UNKNOWN}
     ungrounded = sum((1.0 if pid in when_unknown else 1.0 - weights[pid]) * g for pid, g in growth.items())
-    if PAST_END:
-        ungrounded += sum(at.get(s.pid, 0) for s in states if _past_end(s) and forecast.contention_in_seconds > grace)
+    if forecast.contention_in_seconds > grace:  # later than the next poll: what is held now may be gone by then
+        ungrounded += sum(at.get(s.pid, 0) for s in states if _past_end(s))
+        ungrounded += sum(_gives_back(s) for s in states)
     margin = max(MIN_MARGIN_SHARE * (forecast.capacity_bytes or 0), 1)
     clears = max(0.0, min(1.0, (-headroom - ungrounded) / margin))
     # Timing: an overflow that lasts less than the learned timings may drift by then (spikes

@@ -60,7 +60,7 @@ class ProcessState:
     trend_seconds: float = 0.0  # trend: how long the growth is extrapolated
     steady: bool = False  # its use has held level (within STEADY_BAND) for the last STEADY_SECONDS
     adjust: float = 1.0  # learned/scaled: what outcomes taught its workload (exporter.foresight.calibration)
-    anchor_age: float = 0.0  # learned/scaled: its age when last seen crossing a landmark (0: read from its start)
+    low_bytes: int | None = None  # without a profile: the least it held lately, after loading (basis.recent_floor)
 
 
 @dataclass(frozen=True)

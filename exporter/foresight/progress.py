@@ -159,11 +159,6 @@ class RunProgress:
             return own
         return max(device, own or 1.0)
 
-    def anchor(self) -> float:
-        """The run's age when it was last seen crossing a landmark (s); 0 when none: its position
-        is then read from its start, and any error in its slowdown has had its whole age to add up."""
-        return next((at for at in reversed(self.passed_at) if at is not None), 0.0)
-
     def position(self, age: float, slowdown: float) -> float:
         """The run's age on the learned timeline (s), at ``slowdown`` (see module docstring)."""
         if not self.clock:
