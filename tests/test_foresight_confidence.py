@@ -224,22 +224,29 @@ def test_memory_held_past_a_runs_learned_end_does_not_ground_a_page():
 
 def confidences_beside(server_memory) -> list[float]:
     """One Wan job (learned once alone: 22 GiB, 33 GiB in its last 30 s) started beside a server
-    never seen before, already running for 300 s: the device's confidence at every poll where
-    contention is predicted (33 GiB + the server's 50 GiB overflow the 78.6 GiB H100)."""
+    never seen before, started with it: the device's confidence at every poll where contention is
+    predicted (33 GiB + the server's 50 GiB overflow the 78.6 GiB H100)."""
     foresight = Foresight()
     t = learn_solo_run(foresight)
     jobs = [Job(pid=301, start=t + 10.0),
-            Job(pid=399, start=t - 300.0, duration=4000.0, memory=server_memory, cmdline="tritonserver --model-repository=/m")]
+            Job(pid=399, start=t, duration=4000.0, memory=server_memory, cmdline="tritonserver --model-repository=/m")]
     return [result.devices[0].confidence for _, result in replay(foresight, jobs, t, t + WAN_DURATION - 60.0)
             if result.devices and result.devices[0].confidence is not None]
 
 
+def load_waves(age: float) -> int:
+    """A server's memory: 45 GiB once loaded, then its KV cache in load waves of 100 s, 35 and 50 GiB."""
+    if age < 150.0:
+        return 45 * GiB
+    return 35 * GiB if int((age - 150.0) // 100) % 2 == 0 else 50 * GiB
+
+
 def test_a_server_that_gave_memory_back_is_not_counted_on_to_hold_its_high():
     """A server whose cache holds 50 GiB steadily makes the Wan job's learned end a page. One whose
-    cache comes and goes in load waves (first seen at 40 GiB, then 50, 100 s each) is at a high
-    of its own when the overflow is predicted: nothing says it still holds that when the job
-    peaks, so a warning."""
+    cache comes and goes in load waves (it fell from 45 to 35 GiB before its first 50 GiB wave) is
+    at a high of its own whenever the overflow is predicted: nothing says it still holds that when
+    the job peaks, so a warning."""
     steady = confidences_beside(lambda age: 50 * GiB)
-    waves = confidences_beside(lambda age: 50 * GiB if int(age // 100) % 2 == 0 else 40 * GiB)
+    waves = confidences_beside(load_waves)
     assert steady and waves, "both predict the overflow (the warning tier)"
     assert max(steady) >= CRITICAL_CONFIDENCE > max(waves)

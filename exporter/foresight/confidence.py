@@ -79,13 +79,12 @@ def _past_end(state: ProcessState) -> bool:
 
 
 def _gives_back(state: ProcessState) -> int:
-    """Bytes a process without a profile holds now above the least it held lately (after
-    loading): one that gave memory back before (a server's cache in load waves, a notebook that
-    drops a model) is at a high of its own now, and nothing says it still holds that at a later
-    collision. 0 for a learned run (its curve says when it falls) and for one that only grows."""
-    if state.profile is not None or state.low_bytes is None:
-        return 0
-    return max(0, state.used_bytes - state.low_bytes)
+    """Bytes a process without a profile holds now above its recent low, when it has given
+    memory back lately (ProcessState.swing_bytes, from basis.recent_fall): a server's cache in
+    load waves or a notebook that dropped a model is at a high of its own now, and nothing says
+    it still holds that at a later collision. 0 for a learned run (its curve says when it falls)
+    and for one that only grows or holds level (a leak)."""
+    return 0 if state.profile is not None else state.swing_bytes
 
 
 def _changes(state: ProcessState, until: float, grace: float) -> bool:
