@@ -11,9 +11,13 @@ device overflows. Each process's part rests on its basis (exporter.foresight.for
   trend is weaker still.
 
 The device's confidence is the growth-weighted grounding of its processes, capped by how far
-the predicted overflow still clears capacity once the growth they do not ground is taken
+the predicted overflow still clears capacity once the memory they do not ground is taken
 away (a collision that needs every weakly grounded byte to be right is a coin toss, not a
-likely OOM), over MIN_MARGIN_SHARE of the device.
+likely OOM), over MIN_MARGIN_SHARE of the device. Memory held now is not grounded either when
+the collision is later and the process may have let it go by then: a run past its learned
+end, an unprofiled process at a high of its own load waves. It is capped again by timing: the
+overflow must outlast how far the processes' timings may drift (timing_drift), and held, with
+hysteresis, from poll to poll (hold_confidence).
 It exists only while contention is predicted. The critical tier of the contention alerts
 fires at CRITICAL_CONFIDENCE or more (docs/alerts.md); the rest is a warning.
 """
