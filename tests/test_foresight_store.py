@@ -136,6 +136,15 @@ def test_peak_timing_round_trips_and_a_profile_written_before_it_loads(tmp_path)
     document = json.loads(export_json([timed]))
     del document["profiles"][0]["recent_peak_ages"]
     assert import_json(json.dumps(document), "p.json")[0].recent_peak_ages == ()
+    # a store row written before the field: the same row without it loads, its other fields kept
+    db = sqlite3.connect(tmp_path / DB_NAME)
+    row = json.loads(db.execute("SELECT data FROM profiles WHERE key = 't'").fetchone()[0])
+    del row["recent_peak_ages"]
+    db.execute("UPDATE profiles SET data = ? WHERE key = 't'", (json.dumps(row),))
+    db.commit()
+    db.close()
+    old = ProfileStore(tmp_path).load()["t"]
+    assert old.recent_peak_ages == () and old.recent_peaks == timed.recent_peaks and old.timeline == timed.timeline
 
 
 def test_export_is_stable_and_sorted():
