@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.foresight.basis import (
+    recent_fall,
     calibrated_profile,
     declared_bytes,
     is_steady,
@@ -84,6 +85,16 @@ def test_a_spiky_server_is_no_trend():
     """Spikes in the newest third raise no floor."""
     spiky = [(float(a), 8 * GiB if a % 60 < 10 else 4 * GiB) for a in range(0, 400, 5)]
     assert trend(spiky, 395.0) == (0.0, 0.0)
+
+
+def test_a_leak_never_falls_and_a_server_in_load_waves_gives_memory_back():
+    """recent_fall: (least held, largest fall below an earlier high) over the last 5 minutes,
+    loading left out. A leak or a plateau has fallen 0; load waves have fallen by their depth."""
+    leak = [(float(a), 5 * GiB + a * 2**20) for a in range(0, 400, 5)]
+    assert recent_fall(leak, 395.0)[1] == 0
+    waves = [(float(a), 8 * GiB if (a // 60) % 2 else 4 * GiB) for a in range(0, 400, 5)]
+    assert recent_fall(waves, 395.0) == (4 * GiB, 4 * GiB)
+    assert recent_fall([(0.0, GiB), (30.0, 2 * GiB)], 30.0) is None  # still loading
 
 
 def test_steady_needs_30_s_level_within_2_percent():

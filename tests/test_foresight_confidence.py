@@ -5,9 +5,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from exporter.foresight import Foresight
-from exporter.foresight.confidence import CRITICAL_CONFIDENCE, contention_confidence, grounding, peak_spread
+from exporter.foresight.confidence import (
+    CRITICAL_CONFIDENCE,
+    HOLD_DOWN_SECONDS,
+    contention_confidence,
+    grounding,
+    hold_confidence,
+    peak_spread,
+)
 from exporter.foresight.forecast import ProcessState, forecast_device
-from exporter.foresight.profiles import WorkloadProfile
+from exporter.foresight.profiles import RunRecorder, WorkloadProfile, learn_run, learn_running
 from foresight_scenarios import WAN_DURATION, Job, learn_solo_run, replay
 
 GiB = 2**30
@@ -122,3 +129,124 @@ def test_an_overflow_within_the_peaks_spread_is_not_likely():
     far = contention_confidence(states, forecast_device(states, 30 * GiB))
     assert near is not None and far is not None
     assert near < CRITICAL_CONFIDENCE <= far
+
+
+
+def test_a_peak_raised_by_a_running_run_but_never_seen_in_a_complete_one_does_not_page():
+    """A job polled alone holds 8 GiB; its 3 s spikes to 16 GiB fall between polls, so its
+    complete run learns a flat 8 GiB. A replica running beside others is polled at other moments
+    and sees one: the running run raises the learned peak to 16 GiB (profiles.learn_running), and
+    the flat timeline is scaled up to it. Five replicas at their 8 GiB plateau are then expected
+    at 16 GiB each, 80 GiB on a 64 GiB device: the warning may say so, but nothing says when in a
+    run that peak comes, so it must not page."""
+    solo = RunRecorder("evalloop", 0.0, True, 64 * GiB)
+    for age in range(0, 400, 5):
+        solo.add(float(age), min(8 * GiB, 8 * GiB * age // 10))
+    flat = learn_run(None, solo, 400.0, truncated=False, poll_interval=5.0)
+    running = RunRecorder("evalloop", 500.0, True, 64 * GiB)
+    for age in range(2, 200, 5):
+        running.add(500.0 + age, 16 * GiB if age % 50 == 2 and age > 30 else min(8 * GiB, 8 * GiB * age // 10))
+    raised = learn_running(flat, running, 700.0)
+    assert flat.peak_bytes == 8 * GiB and raised.peak_bytes == 16 * GiB and raised.recent_peaks == (8 * GiB,)
+    states = [ProcessState(i, 8 * GiB, 100.0, raised, position=100.0, basis="learned") for i in range(5)]
+    forecast = forecast_device(states, 64 * GiB)
+    assert forecast.headroom_bytes < 0, "the raised peak is a predicted overflow (the warning tier)"
+    assert peak_spread(states[0]) == 0.5
+    assert contention_confidence(states, forecast) < CRITICAL_CONFIDENCE
+    # the same replicas on a profile whose complete run saw 16 GiB page
+    seen = replace(raised, recent_peaks=(16 * GiB,))
+    states = [replace(s, profile=seen) for s in states]
+    assert contention_confidence(states, forecast_device(states, 64 * GiB)) >= CRITICAL_CONFIDENCE
+
+
+def test_a_cleared_page_is_not_repeated_for_the_same_overflow_within_the_hold_down():
+    """Hysteresis: a contention paged (0.9), cleared for longer than the grace, then predicted
+    again 5 minutes later with the same overflow stays a warning; one whose overflow grew by more
+    than MIN_MARGIN_SHARE of the device pages again, and after HOLD_DOWN_SECONDS anything may."""
+    capacity, grace = 40 * GiB, 60.0
+    confidence, hold = hold_confidence(0.9, None, 0.0, 2 * GiB, capacity, grace)
+    assert confidence == 0.9
+    confidence, hold = hold_confidence(0.3, hold, 5.0, 2 * GiB, capacity, grace)
+    assert confidence == 0.9, "held while the contention stays predicted"
+    assert hold_confidence(None, hold, 10.0, 0, capacity, grace)[0] is None
+    again, _ = hold_confidence(0.9, hold, 300.0, 2 * GiB, capacity, grace)
+    assert again < CRITICAL_CONFIDENCE
+    grown, _ = hold_confidence(0.9, hold, 300.0, 3 * GiB, capacity, grace)  # 1 GiB more: 2.5 % of 40 GiB
+    assert grown >= CRITICAL_CONFIDENCE
+    later, _ = hold_confidence(0.9, hold, 5.0 + HOLD_DOWN_SECONDS + 1.0, 2 * GiB, capacity, grace)
+    assert later >= CRITICAL_CONFIDENCE
+    never_paged, hold = hold_confidence(0.5, None, 0.0, 2 * GiB, capacity, grace)
+    assert hold_confidence(0.9, hold, 300.0, 2 * GiB, capacity, grace)[0] == 0.9, "only a page is held down"
+
+
+def periodic(stagger: float, eval_at: tuple[float, ...] = (300.0, 600.0, 900.0)) -> WorkloadProfile:
+    """A trainer learned twice: 10 GiB, with a 40 s evaluation spike to 20 GiB at each of eval_at."""
+    steps = [(0.0, 10 * GiB)]
+    for at in eval_at:
+        steps += [(at, 20 * GiB), (at + 40.0, 10 * GiB)]
+    return WorkloadProfile("trainer", 20 * GiB, eval_at[0], 1200.0, 2, 400, tuple(steps), 1.0,
+                           recent_peaks=(20 * GiB, 20 * GiB))
+
+
+def test_staggered_periodic_spikes_are_a_collision_only_if_the_stagger_survives_the_slowdown():
+    """Two replicas of a trainer whose evaluations (not a clock: progress.is_clock) are read at
+    age over one slowdown. Started 600 s apart, the first's third evaluation and the second's
+    first are predicted to meet for 40 s, 100 s from now, on a 36 GiB device; but a slowdown off
+    by SLOWDOWN_SHARE moves them 60 s apart: a warning. Started together, their first spikes meet
+    whatever the slowdown: a page."""
+    job = periodic(0.0)
+    staggered = [ProcessState(1, 10 * GiB, 800.0, job, position=800.0, basis="learned"),
+                 ProcessState(2, 10 * GiB, 200.0, job, position=200.0, basis="learned")]
+    together = [ProcessState(i, 10 * GiB, 200.0, job, position=200.0, basis="learned") for i in (1, 2)]
+    for states, pages in ((staggered, False), (together, True)):
+        forecast = forecast_device(states, 36 * GiB)
+        assert forecast.contention_in_seconds == 100.0
+        confidence = contention_confidence(states, forecast)
+        assert (confidence >= CRITICAL_CONFIDENCE) is pages, (confidence, pages)
+
+
+def test_memory_held_past_a_runs_learned_end_does_not_ground_a_page():
+    """A run already past its learned end is held as long again as it is late: a guess. A learned
+    co-tenant's spike 100 s from now overflows the device only if that run is still there, so it is
+    a warning, not a page; the same spike beside a run within its learned life pages."""
+    spike = WorkloadProfile("render", 26 * GiB, 220.0, 400.0, 2, 80,
+                            ((0.0, 13 * GiB), (215.0, 26 * GiB), (260.0, 13 * GiB)), 1.0,
+                            recent_peaks=(26 * GiB, 26 * GiB), recent_peak_ages=(215.0, 218.0))
+    trainer = WorkloadProfile("trainer", 19 * GiB, 100.0, 900.0, 2, 200, ((0.0, 19 * GiB),), 1.0,
+                              recent_peaks=(19 * GiB, 19 * GiB), recent_peak_ages=(100.0, 100.0))
+    render = ProcessState(1, 13 * GiB, 115.0, spike, position=115.0, basis="learned")
+    for age, pages in ((1050.0, False), (500.0, True)):
+        other = ProcessState(2, 19 * GiB, age, trainer, position=age, basis="learned")
+        forecast = forecast_device([render, other], 40 * GiB, grace=5.0)
+        assert forecast.contention_in_seconds == 100.0
+        assert (contention_confidence([render, other], forecast, 5.0) >= CRITICAL_CONFIDENCE) is pages, age
+
+
+def confidences_beside(server_memory) -> list[float]:
+    """One Wan job (learned once alone: 22 GiB, 33 GiB in its last 30 s) started beside a server
+    never seen before, started with it: the device's confidence at every poll where contention is
+    predicted (33 GiB + the server's 50 GiB overflow the 78.6 GiB H100)."""
+    foresight = Foresight()
+    t = learn_solo_run(foresight)
+    jobs = [Job(pid=301, start=t + 10.0),
+            Job(pid=399, start=t, duration=4000.0, memory=server_memory, cmdline="tritonserver --model-repository=/m")]
+    return [result.devices[0].confidence for _, result in replay(foresight, jobs, t, t + WAN_DURATION - 60.0)
+            if result.devices and result.devices[0].confidence is not None]
+
+
+def load_waves(age: float) -> int:
+    """A server's memory: 45 GiB once loaded, then its KV cache in load waves of 100 s, 35 and 50 GiB."""
+    if age < 150.0:
+        return 45 * GiB
+    return 35 * GiB if int((age - 150.0) // 100) % 2 == 0 else 50 * GiB
+
+
+def test_a_server_that_gave_memory_back_is_not_counted_on_to_hold_its_high():
+    """A server whose cache holds 50 GiB steadily makes the Wan job's learned end a page. One whose
+    cache comes and goes in load waves (it fell from 45 to 35 GiB before its first 50 GiB wave) is
+    at a high of its own whenever the overflow is predicted: nothing says it still holds that when
+    the job peaks, so a warning."""
+    steady = confidences_beside(lambda age: 50 * GiB)
+    waves = confidences_beside(load_waves)
+    assert steady and waves, "both predict the overflow (the warning tier)"
+    assert max(steady) >= CRITICAL_CONFIDENCE > max(waves)

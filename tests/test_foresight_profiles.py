@@ -98,6 +98,21 @@ def test_learned_peak_is_the_highest_of_the_recent_runs():
     assert again.peak_bytes == 33 * GiB and again.runs == RECENT_RUNS + 2
 
 
+def test_profiles_learn_when_each_run_reaches_its_peak():
+    """recent_peak_ages: the age at which each complete run first came within PEAK_BAND of the
+    learned peak, for the confidence's timing spread; a run that missed the peak adds none, and
+    only the last RECENT_RUNS are kept."""
+    profile = learn_run(None, watched_run(), 2000.0, False)
+    assert profile.recent_peak_ages == (WAN_DURATION - WAN_PEAK_LENGTH,)
+    late = learn_run(profile, watched_run(memory=lambda a: wan_memory(max(0.0, a - 20.0)), duration=WAN_DURATION + 20.0), 3000.0, False)
+    assert late.recent_peak_ages == (WAN_DURATION - WAN_PEAK_LENGTH, WAN_DURATION - WAN_PEAK_LENGTH + 20.0)
+    missed = learn_run(late, watched_run(memory=lambda a: min(wan_memory(a), 22 * GiB)), 4000.0, False)
+    assert missed.recent_peak_ages == late.recent_peak_ages and missed.runs == 3
+    for i in range(RECENT_RUNS):
+        missed = learn_run(missed, watched_run(), 5000.0 + i, False)
+    assert missed.recent_peak_ages == (WAN_DURATION - WAN_PEAK_LENGTH,) * RECENT_RUNS
+
+
 def test_truncated_run_only_raises_the_peak():
     """A run cut short (OOM-killed) keeps the earlier timeline and duration."""
     base = learn_run(None, watched_run(), 2000.0, False)

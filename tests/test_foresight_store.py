@@ -123,6 +123,30 @@ def test_json_round_trip(tmp_path):
     assert import_json(export_json(profiles), "p.json") == profiles
 
 
+def test_peak_timing_round_trips_and_a_profile_written_before_it_loads(tmp_path):
+    """recent_peak_ages (when each recent run reached its peak) survive the store and export; a
+    row or an export written before the field existed loads with none."""
+    timed = WorkloadProfile("t", 10, 5.0, 10.0, 2, 6, ((0.0, 1), (5.0, 10)), 1.0, recent_peaks=(10, 10),
+                            recent_peak_ages=(4.5, 5.2))
+    store = ProfileStore(tmp_path)
+    store.save([timed])
+    store.close()
+    assert ProfileStore(tmp_path).load()["t"] == timed
+    assert import_json(export_json([timed]), "p.json") == [timed]
+    document = json.loads(export_json([timed]))
+    del document["profiles"][0]["recent_peak_ages"]
+    assert import_json(json.dumps(document), "p.json")[0].recent_peak_ages == ()
+    # a store row written before the field: the same row without it loads, its other fields kept
+    db = sqlite3.connect(tmp_path / DB_NAME)
+    row = json.loads(db.execute("SELECT data FROM profiles WHERE key = 't'").fetchone()[0])
+    del row["recent_peak_ages"]
+    db.execute("UPDATE profiles SET data = ? WHERE key = 't'", (json.dumps(row),))
+    db.commit()
+    db.close()
+    old = ProfileStore(tmp_path).load()["t"]
+    assert old.recent_peak_ages == () and old.recent_peaks == timed.recent_peaks and old.timeline == timed.timeline
+
+
 def test_export_is_stable_and_sorted():
     """The same profiles export to the same text whatever their order."""
     assert export_json([profile("b"), profile("a")]) == export_json([profile("a"), profile("b")])
@@ -154,6 +178,8 @@ def test_bad_export_documents_raise_user_errors(document, message):
         ("key", "", "p.json: profiles[0].key: must be a non-empty string"),
         ("timeline", [[5, 1], [1, 2]], "p.json: profiles[0].timeline[1]: ages must increase"),
         ("timeline", [[5]], "p.json: profiles[0].timeline[0]: must be [age_seconds, bytes]"),
+        ("recent_peak_ages", [10.0, -1], "p.json: profiles[0].recent_peak_ages: must be a list of non-negative numbers"),
+        ("recent_peak_ages", "soon", "p.json: profiles[0].recent_peak_ages: must be a list of non-negative numbers"),
     ],
 )
 def test_bad_profile_fields_are_named(field, value, message):

@@ -65,7 +65,8 @@ def _device_specs(scope: str, labels: tuple[str, ...], where: str) -> dict[str, 
             f"gpushare_{scope}_memory_contention_confidence_ratio", "gauge",
             f"How well grounded the predicted contention on the {where} is, 0..1 (only when predicted): growth-weighted "
             "grounding of the processes' bases (learned runs, spread of their peaks) times how far the overflow clears "
-            "that spread, the highest since the contention was first predicted; the critical alert tier needs 0.8.", labels, "ratio"),
+            "that spread, the highest since the contention was first predicted, and under 0.8 for a repeat of a cleared "
+            "page within 10 min unless its overflow grew; the critical alert tier needs 0.8.", labels, "ratio"),
         "slowdown": Spec(
             f"gpushare_{scope}_forecast_slowdown_ratio", "gauge",
             f"Factor by which learned timelines are stretched on the {where} because runs are late (1 = on time).",

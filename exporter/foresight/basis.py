@@ -135,6 +135,21 @@ def trend(points: Sequence[tuple[float, int]], age: float) -> tuple[float, float
     return (floors[2] - floors[0]) / (span * 2 / 3), min(age / 4, TREND_MAX_SECONDS)
 
 
+def recent_fall(points: Sequence[tuple[float, int]], age: float) -> tuple[int, int] | None:
+    """(least held, largest fall below an earlier high) of a run over its last TREND_WINDOW
+    seconds, its first TREND_SKIP_LOAD (loading) left out (bytes); None before it has any such
+    sample. A run that only grows or holds level has fallen 0; a server whose cache comes and
+    goes, or a notebook that dropped a model, has given memory back."""
+    recent = points[bisect_left(points, max(age - TREND_WINDOW, TREND_SKIP_LOAD), key=_age):]  # ages ascend
+    if not recent:
+        return None
+    top, fall = 0, 0
+    for _, value in recent:
+        top = max(top, value)
+        fall = max(fall, top - value)
+    return min(v for _, v in recent), fall
+
+
 def is_steady(points: Sequence[tuple[float, int]], used: int) -> bool:
     """True when a run's samples of the last STEADY_SECONDS (at least 3, and an older one
     before them) all lie within STEADY_BAND of its use now."""

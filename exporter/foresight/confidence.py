@@ -11,18 +11,24 @@ device overflows. Each process's part rests on its basis (exporter.foresight.for
   trend is weaker still.
 
 The device's confidence is the growth-weighted grounding of its processes, capped by how far
-the predicted overflow still clears capacity once the growth they do not ground is taken
+the predicted overflow still clears capacity once the memory they do not ground is taken
 away (a collision that needs every weakly grounded byte to be right is a coin toss, not a
-likely OOM), over MIN_MARGIN_SHARE of the device.
+likely OOM), over MIN_MARGIN_SHARE of the device. Memory held now is not grounded either when
+the collision is later and the process may have let it go by then: a run past its learned
+end, an unprofiled process at a high of its own load waves. It is capped again by timing: the
+overflow must outlast how far the processes' timings may drift (timing_drift), and held, with
+hysteresis, from poll to poll (hold_confidence).
 It exists only while contention is predicted. The critical tier of the contention alerts
 fires at CRITICAL_CONFIDENCE or more (docs/alerts.md); the rest is a warning.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Sequence
 
-from exporter.foresight.forecast import DeviceForecast, ProcessState, demand_profile, process_curve
+from exporter.foresight.progress import is_clock
+from exporter.foresight.forecast import HORIZON_SECONDS, DeviceForecast, ProcessState, demand_profile, process_curve
 
 GROUNDING = {"learned": 1.0, "scaled": 0.6, "declared": 0.6, "trend": 0.4, "current": 1.0}
 SINGLE_RUN = 0.85  # a profile learned from one run: a measurement, but of one run only
@@ -33,24 +39,85 @@ SPREAD_WEIGHT = 3.0  # grounding of several runs: 1 - this x spread (0.85 at 5 %
 # so what is left is run-to-run jitter of a few percent; 0.1 held back narrow collisions that
 # were real (docs/foresight.md, "Confidence").
 TIMING_SHARE = 0.05
+# Runs whose profile is no clock are read at their age over one slowdown, which may be off by
+# this share (co-tenants slow each other by 0-30 %; a device with no clock profile measures none)
+SLOWDOWN_SHARE = 0.1
 WHEN_UNKNOWN = ("declared", "trend")  # bases that say how much (or how fast), never when
 MIN_MARGIN_SHARE = 0.02  # a grounded overflow needs this share of the device to be fully confident
 CRITICAL_CONFIDENCE = 0.8  # the alerts' critical tier: gpushare_*_memory_contention_confidence_ratio >= this
+HOLD_DOWN_SECONDS = 600.0  # a device's cleared page is not repeated within this unless its overflow grows
+HELD_DOWN = 0.79  # the most confidence a held-down contention gets (just under CRITICAL_CONFIDENCE)
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def peak_spread(state: ProcessState) -> float:
-    """How far the typical (median) learned peak of its profile is below the highest, as a share
-    of the highest (0..1). The median, not the lowest: a run whose spike fell between two polls
-    is a missed sample, not a smaller job."""
+    """How far the typical (median) peak of its complete learned runs is below the peak it is
+    forecast with, as a share of that peak (0..1). The median, not the lowest: a run whose spike
+    fell between two polls is a missed sample, not a smaller job. The forecast peak can be above
+    every complete run's: a running or killed run went higher (profiles.learn_running), and the
+    timeline learned from complete runs is scaled up to it. Such a peak was seen, but not *when*
+    in a run it comes, so a run-to-run spread that large is what it is."""
     profile = state.profile
     if profile is None or state.basis not in ("learned", "scaled"):
         return 0.0
-    peaks = sorted(p for p in profile.recent_peaks if p > 0)
-    if len(peaks) < 2:
+    peaks = [p for p in profile.recent_peaks if p > 0]
+    top = max([profile.peak_bytes] + peaks)
+    if not peaks or top <= 0:
         return UNKNOWN_SPREAD
-    middle = len(peaks) // 2
-    median = peaks[middle] if len(peaks) % 2 else (peaks[middle - 1] + peaks[middle]) / 2
-    return (peaks[-1] - median) / peaks[-1]
+    spread = (top - _median(peaks)) / top
+    return max(UNKNOWN_SPREAD, spread) if len(peaks) < 2 else spread
+
+
+def _past_end(state: ProcessState) -> bool:
+    """True when a learned run is already past its learned end: how long it goes on is a guess
+    (forecast.process_curve holds it as long again as it is late), so what it is expected to
+    hold at a later collision is not grounded by its profile."""
+    profile = state.profile
+    return (profile is not None and profile.duration_seconds is not None
+            and state.position >= float(profile.duration_seconds))
+
+
+def _gives_back(state: ProcessState) -> int:
+    """Bytes a process without a profile holds now above its recent low, when it has given
+    memory back lately (ProcessState.swing_bytes, from basis.recent_fall): a server's cache in
+    load waves or a notebook that dropped a model is at a high of its own now, and nothing says
+    it still holds that at a later collision. 0 for a learned run (its curve says when it falls)
+    and for one that only grows or holds level (a leak)."""
+    return 0 if state.profile is not None else state.swing_bytes
+
+
+def _changes(state: ProcessState, until: float, grace: float) -> bool:
+    """True when the learned curve of a process changes level before ``until`` (s from now): when
+    that comes matters to the collision, as much as when a co-tenant grows."""
+    steps, end = process_curve(state, grace)
+    return any(0.0 < tau <= until for tau, _ in steps[1:]) or (end is not None and end <= until)
+
+
+def timing_drift(states: Sequence[ProcessState], growth: dict[int, int], eta: float, until: float = 0.0,
+                 grace: float = 0.0) -> float:
+    """Seconds by which the moment the processes meet may be off.
+
+    Only processes whose learned curve moves before the overflow ends (they grow, or a spike of
+    theirs ends) count:
+
+    - learned timings drift from run to run by TIMING_SHARE of how far ahead they are read;
+    - a run whose profile is no clock (progress.is_clock: periodic spikes, a server's load) is
+      read at its age over one slowdown and never corrected by a landmark: where that slowdown
+      is off by SLOWDOWN_SHARE, two such runs that started at different times are off from each
+      other by that share of the difference of their ages. A collision of staggered runs'
+      spikes is only likely if it survives that; replicas started together drift alike.
+    """
+    moving = [s for s in states if s.profile is not None and (growth.get(s.pid, 0) > 0 or _changes(s, until, grace))]
+    if not moving:
+        return TIMING_SHARE * eta
+    free = [s.age_seconds for s in moving if not is_clock(s.profile)]
+    stagger = max(free) - min(free) if len(free) > 1 else 0.0
+    return TIMING_SHARE * eta + SLOWDOWN_SHARE * stagger
 
 
 def grounding(state: ProcessState) -> float:
@@ -58,8 +125,10 @@ def grounding(state: ProcessState) -> float:
     weight = GROUNDING.get(state.basis, 0.0)
     profile = state.profile
     if profile is not None and state.basis in ("learned", "scaled"):
-        # one run: its next run may differ by anything; several: by about the spread of their peaks
-        weight *= SINGLE_RUN if profile.runs < 2 else max(0.0, 1.0 - SPREAD_WEIGHT * peak_spread(state))
+        # several runs: the next one differs by about the spread of their peaks; one run: by
+        # anything, so never more than SINGLE_RUN, and less when its forecast peak is above it
+        spread = max(0.0, 1.0 - SPREAD_WEIGHT * peak_spread(state))
+        weight *= min(SINGLE_RUN, spread) if profile.runs < 2 else spread
     return weight
 
 
@@ -96,10 +165,56 @@ def contention_confidence(states: Sequence[ProcessState], forecast: DeviceForeca
     # moment a learned co-tenant peaks is not likely either: their growth counts as ungrounded whole.
     when_unknown = {s.pid for s in states if s.basis in WHEN_UNKNOWN}
     ungrounded = sum((1.0 if pid in when_unknown else 1.0 - weights[pid]) * g for pid, g in growth.items())
+    if forecast.contention_in_seconds > grace:  # later than the next poll: what is held now may be gone by then
+        ungrounded += sum(at.get(s.pid, 0) for s in states if _past_end(s))
+        ungrounded += sum(_gives_back(s) for s in states)
     margin = max(MIN_MARGIN_SHARE * (forecast.capacity_bytes or 0), 1)
     clears = max(0.0, min(1.0, (-headroom - ungrounded) / margin))
     # Timing: an overflow that lasts less than the learned timings may drift by then (spikes
     # read far ahead on their learned ages) needs them to meet to the second: not likely yet.
-    drift = TIMING_SHARE * forecast.contention_in_seconds
-    timing = 1.0 if drift <= 0 else min(1.0, over_seconds(states, forecast, grace) / drift)
+    over = over_seconds(states, forecast, grace)
+    eta = forecast.contention_in_seconds
+    drift = timing_drift(states, growth, eta, eta + min(over, HORIZON_SECONDS), grace)
+    timing = 1.0 if drift <= 0 else min(1.0, over / drift)
     return round(min(grounded, clears, timing), 2)
+
+
+@dataclass(frozen=True)
+class ConfidenceHold:
+    """What one device's confidence remembers from poll to poll (see hold_confidence)."""
+
+    held: float = 0.0  # highest confidence since its contention began
+    seen: float = 0.0  # last poll (s) its contention was predicted
+    paged_over: int = 0  # most overflow (bytes) predicted while it was at CRITICAL_CONFIDENCE
+    cleared_at: float | None = None  # when the last contention that reached it cleared
+    cleared_over: int = 0  # ... and its paged_over
+
+
+def hold_confidence(raw: float | None, hold: ConfidenceHold | None, now: float, overflow: int,
+                    capacity: int | None, grace: float) -> tuple[float | None, ConfidenceHold | None]:
+    """The confidence a device exports this poll, and what it remembers for the next.
+
+    - Held at its highest while the contention stays predicted (a gap of up to ``grace`` seconds
+      included, as the rules' keep_firing_for): a run between two landmarks, or a co-tenant just
+      killed, must not turn a page back into a warning.
+    - Hysteresis: once a contention that reached CRITICAL_CONFIDENCE has cleared, a new one on
+      the device within HOLD_DOWN_SECONDS stays below it unless its overflow exceeds the
+      cleared one's by MIN_MARGIN_SHARE of the device: a forecast that said yes, then no, then
+      yes again about the same overflow has not learned anything new, and the on-call was paged
+      for it already.
+    ``raw``: contention_confidence() of this poll (None: no contention predicted); ``overflow``:
+    bytes above capacity (-headroom) when predicted.
+    """
+    if raw is None:
+        return None, hold
+    hold = hold or ConfidenceHold(seen=now)
+    if now - hold.seen > grace:  # the contention had cleared: a new one begins
+        if hold.held >= CRITICAL_CONFIDENCE:
+            hold = replace(hold, cleared_at=hold.seen, cleared_over=hold.paged_over)
+        hold = replace(hold, held=0.0, paged_over=0)
+    if (hold.held < CRITICAL_CONFIDENCE and hold.cleared_at is not None and now - hold.cleared_at < HOLD_DOWN_SECONDS
+            and overflow <= hold.cleared_over + MIN_MARGIN_SHARE * (capacity or 0)):
+        raw = min(raw, HELD_DOWN)
+    confidence = max(raw, hold.held)
+    paged_over = max(hold.paged_over, overflow) if confidence >= CRITICAL_CONFIDENCE else hold.paged_over
+    return confidence, replace(hold, held=confidence, seen=now, paged_over=paged_over)

@@ -60,6 +60,7 @@ class ProcessState:
     trend_seconds: float = 0.0  # trend: how long the growth is extrapolated
     steady: bool = False  # its use has held level (within STEADY_BAND) for the last STEADY_SECONDS
     adjust: float = 1.0  # learned/scaled: what outcomes taught its workload (exporter.foresight.calibration)
+    swing_bytes: int = 0  # without a profile: what it holds above its recent low, if it gave memory back lately
 
 
 @dataclass(frozen=True)

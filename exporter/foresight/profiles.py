@@ -41,6 +41,9 @@ class WorkloadProfile:
     updated_at: float  # Unix seconds of the last change
     device_bytes: int | None = None  # usable memory of the device the timeline was learned on
     recent_peaks: tuple[int, ...] = ()  # peaks of the last RECENT_RUNS complete runs, oldest first (bytes)
+    # ages (s) at which those runs first came within PEAK_BAND of the learned peak, oldest first: when in a
+    # run its peak comes, and how much that varies from run to run (exporter.foresight.confidence)
+    recent_peak_ages: tuple[float, ...] = ()
 
     @property
     def peak_at_fraction(self) -> float | None:
@@ -214,12 +217,18 @@ def learn_run(
         history = (old.peak_bytes,)
     recent = (history + (run.peak_bytes,))[-RECENT_RUNS:]
     peak = max(recent)
+    # When this run came within PEAK_BAND of the learned peak; a run that never did (its spike
+    # fell between polls) says nothing about when the peak comes, and adds no age.
+    peak_age = run.first_age_at_or_above(PEAK_BAND * peak)
+    ages = old.recent_peak_ages if old is not None and old.runs > 0 else ()
+    ages = (ages + (() if peak_age is None else (round(peak_age, 1),)))[-RECENT_RUNS:]
     runs = (old.runs if old else 0) + 1
     samples = (old.samples if old else 0) + run.samples
     if old is not None and old.usable and run.peak_bytes < PEAK_BAND * peak:
         # This run missed the peak (a spike between polls, a smaller input): keep the timing
         # of the runs that saw it.
-        return replace(old, peak_bytes=peak, runs=runs, samples=samples, updated_at=now, recent_peaks=recent)
+        return replace(old, peak_bytes=peak, runs=runs, samples=samples, updated_at=now, recent_peaks=recent,
+                       recent_peak_ages=ages)
     timeline = run.timeline()
     top = max(value for _, value in timeline)
     return WorkloadProfile(
@@ -233,6 +242,7 @@ def learn_run(
         updated_at=now,
         device_bytes=run.device_bytes,
         recent_peaks=recent,
+        recent_peak_ages=ages,
     )
 
 

@@ -16,6 +16,7 @@ from exporter.foresight.basis import (
     calibrated_profile,
     declared_bytes,
     is_steady,
+    recent_fall,
     scaled_profile,
     trend,
     workload_of,
@@ -41,7 +42,7 @@ class LiveRun:
     limit_fill: float = 0.0  # used / its MPS pinned memory limit then, 0..1 (0 without a limit)
     ends_at: float | None = None  # when its profile expected it to end, as of its last sighting
     calibrated: tuple | None = None  # (scaled profile, the same rescaled to this run's level)
-    trend: tuple | None = None  # (run age it was fitted at, (bytes/s, seconds)) for the trend basis
+    trend: tuple | None = None  # (run age it was fitted at, (bytes/s, seconds), recent_fall) for the trend basis
     warned_peak: int = 0  # highest peak its learned curve forecast (before outcome adjustment) while warned
     quiet: bool = False  # a warning it was under ended without an OOM
 
@@ -119,20 +120,23 @@ class RunPlanner:
             speed = progress.slowdown(age, slowdown)
             return ProcessState(proc.pid, used, age, profile, progress.position(age, speed), speed, basis,
                                 declared or 0, steady=is_steady(run.points, used))
-        slope, horizon = self._run_trend(live)
+        (slope, horizon), fall = self._run_trend(live)
         basis = "declared" if declared else "trend" if slope > 0 else "current"
+        # what it holds above its recent low, if it has given memory back before (basis.recent_fall)
+        given = 0 if fall is None or fall[1] <= 0 else min(fall[1], max(0, used - fall[0]))
         return ProcessState(proc.pid, used, age, basis=basis, floor_bytes=declared or 0,
-                            trend_bytes_per_second=slope, trend_seconds=horizon)
+                            trend_bytes_per_second=slope, trend_seconds=horizon, swing_bytes=given)
 
     @staticmethod
-    def _run_trend(live: LiveRun) -> tuple[float, float]:
-        """basis.trend() of a run, refreshed every TREND_REFRESH seconds of its age (a line
-        fitted on minutes of samples does not change from one poll to the next)."""
+    def _run_trend(live: LiveRun) -> tuple[tuple[float, float], tuple[int, int] | None]:
+        """(basis.trend(), basis.recent_fall()) of a run, refreshed every TREND_REFRESH seconds of
+        its age (a line fitted on minutes of samples does not change from one poll to the next)."""
         run = live.run
         cached = live.trend
         if cached is None or run.last_age - cached[0] >= TREND_REFRESH or run.last_age < cached[0]:
-            cached = live.trend = (run.last_age, trend(run.points, run.last_age) if run.samples >= 4 else (0.0, 0.0))
-        return cached[1]
+            cached = live.trend = (run.last_age, trend(run.points, run.last_age) if run.samples >= 4 else (0.0, 0.0),
+                                   recent_fall(run.points, run.last_age))
+        return cached[1], cached[2]
 
     def _scaled(self, key: str, capacity: int | None) -> WorkloadProfile | None:
         """This workload's profile learned on another device size, scaled to ``capacity``."""

@@ -17,7 +17,7 @@ from typing import Sequence
 
 from exporter.foresight.basis import workload_of
 from exporter.foresight.calibration import OutcomeLearner
-from exporter.foresight.confidence import contention_confidence
+from exporter.foresight.confidence import ConfidenceHold, contention_confidence, hold_confidence
 from exporter.foresight.forecast import exhaustion_eta, forecast_device
 from exporter.foresight.outcome import FULL_FRACTION, OUTCOME_GRACE, Outcomes
 from exporter.foresight.profiles import RunRecorder, WorkloadProfile, learn_run, learn_running
@@ -74,8 +74,8 @@ class Foresight:
         # what warnings and kills taught per workload (exporter.foresight.calibration), kept with the profiles
         self.learner = OutcomeLearner(self.store.load_outcomes() if self.store else {}, 2 * OUTCOME_GRACE)
         self._slowdowns: dict[tuple[str, int | None], float] = {}  # device -> slowdown at the last poll
-        # device -> (highest confidence since its contention began, last poll it was predicted)
-        self._confidence: dict[tuple[str, int | None], tuple[float, float]] = {}
+        # device -> what its confidence holds from poll to poll (confidence.hold_confidence)
+        self._confidence: dict[tuple[str, int | None], ConfidenceHold] = {}
         self.planner = RunPlanner(self.profiles)  # which profile, on which basis, each run follows
         self._dirty: set[str] = set()
         self._last_persist: float | None = None
@@ -220,16 +220,11 @@ class Foresight:
             if warned and state.profile is not None:  # the peak outcomes are judged against, unadjusted
                 live.warned_peak = max(live.warned_peak, int(forecast.peaks[state.pid] / factor))
         unread = used is None and all(p.used_memory_bytes is None for p in domain.processes)
-        # A contention once well grounded stays so while it is predicted (and for OUTCOME_GRACE after
-        # a gap, as the rules' keep_firing_for): a run between two landmarks, or a co-tenant just
-        # killed, must not turn a page back into a warning.
-        confidence = contention_confidence(states, forecast, interval)
-        held, seen = self._confidence.get(device_key, (0.0, now))
-        if now - seen > OUTCOME_GRACE:
-            held = 0.0
-        if confidence is not None:
-            confidence = max(confidence, held)
-            self._confidence[device_key] = (confidence, now)
+        # Held while the contention stays predicted (OUTCOME_GRACE: the rules' keep_firing_for), and
+        # not repeated for the same overflow soon after it cleared (confidence.hold_confidence).
+        confidence, self._confidence[device_key] = hold_confidence(
+            contention_confidence(states, forecast, interval), self._confidence.get(device_key), now,
+            -(forecast.headroom_bytes or 0), capacity, OUTCOME_GRACE)
         device = None if unread else DeviceRow(gpu.index, gpu.uuid, domain.gi, domain.profile, forecast,
                                                exhaustion_eta(window, capacity), confidence)
         contended = forecast.contention_in_seconds is not None and not unread

@@ -236,6 +236,7 @@ def profile_to_dict(p: WorkloadProfile) -> dict[str, Any]:
         "updated_at": p.updated_at,
         "device_bytes": p.device_bytes,
         "recent_peaks": list(p.recent_peaks),
+        "recent_peak_ages": list(p.recent_peak_ages),
     }
 
 
@@ -276,6 +277,12 @@ def profile_from_dict(d: Any, place: str) -> WorkloadProfile:
         isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in raw_peaks
     ):
         raise UserError(f"{place}.recent_peaks: must be a list of non-negative integers (bytes)")
+    raw_ages = d.get("recent_peak_ages", [])  # absent in files written before it existed
+    if not isinstance(raw_ages, list) or not all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 and x == x and x != float("inf")
+        for x in raw_ages
+    ):
+        raise UserError(f"{place}.recent_peak_ages: must be a list of non-negative numbers (seconds)")
     return WorkloadProfile(
         key=key,
         peak_bytes=number("peak_bytes", integer=True),
@@ -287,6 +294,7 @@ def profile_from_dict(d: Any, place: str) -> WorkloadProfile:
         updated_at=number("updated_at"),
         device_bytes=number("device_bytes", optional=True, integer=True),
         recent_peaks=tuple(raw_peaks[-RECENT_RUNS:]),
+        recent_peak_ages=tuple(float(x) for x in raw_ages[-RECENT_RUNS:]),
     )
 
 
