@@ -128,7 +128,7 @@ def cost(path: Path, backend_kind: str, start_at: float, polls: int, warmup: int
     timer, nvml_timer = EngineTimer(), FakeLibTimer()
     try:
         inner = backend.inner
-        api = backend.nvml.caller.calls_by_name
+        caller = backend.nvml.caller
         sim_span = _Span()
         rows = []
         gc.collect()  # garbage of earlier runs in this process would slow these polls (GC passes)
@@ -137,14 +137,14 @@ def cost(path: Path, backend_kind: str, start_at: float, polls: int, warmup: int
         with _patched(backend.sim, "advance_to", sim_span.wrap(backend.sim.advance_to)):
             for _ in range(polls):
                 advance()
-                api_before = sum(api.values())
+                api_before = sum(caller.calls_by_name.values())
                 marks = (time.process_time(), nvml_timer.seconds, timer.seconds, sim_span.seconds)
                 poller.poll_once()
                 total, nvml, engine, sim = (after - before for after, before in zip(
                     (time.process_time(), nvml_timer.seconds, timer.seconds, sim_span.seconds), marks))
                 rows.append({"total": total, "nvml": nvml, "engine": engine, "sim": sim,
                              "exporter": max(0.0, total - nvml - engine - sim),
-                             "api": sum(api.values()) - api_before,
+                             "api": sum(caller.calls_by_name.values()) - api_before,
                              "dcgm": inner.dcgm_calls_last_poll if backend_kind == "dcgm" else 0})
 
         def mid(key):

@@ -114,11 +114,12 @@ def _patched(obj, name: str, replacement):
 
 
 def measure_polls(sim, poll, polls: int, advance=None, render_span: _Span | None = None,
-                  api_counter: Counter | None = None) -> PollCost:
+                  api_counter=None) -> PollCost:
     """Run ``advance()`` then ``poll()``, ``polls`` times; the median of each figure.
 
     ``sim`` is the installed Simulation (its ``advance_to`` is timed as simulation work
-    wherever it is called from); ``api_counter`` is the exporter's cumulative per-call Counter.
+    wherever it is called from); ``api_counter()`` gives the exporter's cumulative per-call Counter
+    (a fresh copy each time: the choke point folds its counts at each poll's start).
     """
     gc.collect()  # garbage of earlier runs in this process would slow these polls (GC passes)
     timer = FakeLibTimer()
@@ -131,14 +132,14 @@ def measure_polls(sim, poll, polls: int, advance=None, render_span: _Span | None
                 if advance is not None:
                     advance()
                 before_c = Counter(sim.call_counts)
-                before_api = Counter(api_counter) if api_counter is not None else None
+                before_api = api_counter() if api_counter is not None else None
                 fake0, sim0 = timer.seconds, sim_span.seconds
                 render0 = render_span.seconds if render_span else 0.0
                 cpu0, wall0 = time.process_time(), time.perf_counter()
                 poll()
                 cpu1, wall1 = time.process_time(), time.perf_counter()
                 c_delta = sim.call_counts - before_c
-                api_delta = (api_counter - before_api) if before_api is not None else Counter()
+                api_delta = (api_counter() - before_api) if before_api is not None else Counter()
                 rows.append((cpu1 - cpu0, timer.seconds - fake0, sim_span.seconds - sim0,
                              (render_span.seconds - render0) if render_span else 0.0, wall1 - wall0,
                              c_delta, api_delta))
@@ -195,7 +196,7 @@ def gpushare_polls(scenario_path, start_at: float, polls: int, warmup: int = 3):
                 poller.poll_once()
             poller._prerender = PrerenderPlan()  # no scraper: the measured polls encode nothing
             cost = measure_polls(backend.sim, poller.poll_once, polls, advance, render_span,
-                                 backend.nvml.caller.calls_by_name)
+                                 lambda: backend.nvml.caller.calls_by_name)
             encodes = []
             for _ in range(5):
                 fresh = Exposition(poller.exposition._families, poller.exposition.snapshot, 0.0)
