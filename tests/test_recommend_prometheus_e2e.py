@@ -154,11 +154,14 @@ def test_live_fleet_with_churn_needs_no_more_gpus_than_it_runs():
             if done:
                 break
             time.sleep(1)
-        time.sleep(2)
-        window = f"{int(time.time() - started) + 5}s"
+        time.sleep(6)
+        # Both plans read the same stored samples: `at` lies 4 s back (4 scrape intervals), so no
+        # scrape still in flight can add a sample inside the window between the two runs.
+        at_time = round(time.time() - 4)
+        window = f"{int(at_time - started) + 5}s"
         in_use = prom.query(f'count(count by (instance, uuid) (last_over_time(gpushare_process_memory_used_bytes'
-                            f'{{process!="nvidia-cuda-mps-server"}}[{window}])))')
-        at = f"{time.time():.0f}"
+                            f'{{process!="nvidia-cuda-mps-server"}}[{window}])))', time=at_time)
+        at = str(at_time)
         status, out, err = recommend("--prometheus", prom.url, "--window", window, "--at", at, "--format", "json")
         assert status == 0, err
         again = recommend("--prometheus", prom.url, "--window", window, "--at", at, "--format", "json")[1]
