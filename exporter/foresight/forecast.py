@@ -153,12 +153,15 @@ def _level_ratio(profile: WorkloadProfile, timeline, position: float, used: int,
     is compared: a plateau before a rise says little about how high the rise goes. The level
     is read just before the run's position (a run waiting for a rise is compared with the
     level it is on), and only for a run whose use is steady (a run still loading, later than
-    its position says, is not smaller).
+    its position says, is not smaller). Nor is a run more than MATCH_TOLERANCE below that level:
+    runs of one workload differ by a few percent, not by a third; one that holds what an earlier
+    step held is late for its rise (a server loading its next model, a notebook its next cell),
+    and the rise is still to come (follows() drops the profile once it is LATE_FACTOR late).
     """
     level = timeline_level(timeline, position, before=True)
-    if not steady or level < PEAK_BAND * profile.peak_bytes or not 0 < used < level:
+    if not steady or level < PEAK_BAND * profile.peak_bytes or not level / MATCH_TOLERANCE <= used < level:
         return 1.0
-    return max(used / level, 1 / MATCH_TOLERANCE)
+    return used / level
 
 
 def _unprofiled_curve(p: ProcessState) -> Curve:
