@@ -22,15 +22,17 @@ from prometheus_client.samples import Exemplar
 
 from exporter import encode
 from exporter.backend.sim import SimBackend
+from exporter.collectors.base import Family
 from exporter.poller import Poller
 from tests.conftest import SCENARIOS
 
 
 class Replay:
-    """Registry stand-in holding fixed families."""
+    """Registry stand-in holding fixed families; lean families (exporter.collectors.base.Family)
+    are handed to the library as the prometheus_client families they stand for."""
 
     def __init__(self, families):
-        self.families = tuple(families)
+        self.families = tuple(f.metric() if isinstance(f, Family) else f for f in families)
 
     def collect(self):
         return iter(self.families)

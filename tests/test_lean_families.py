@@ -10,8 +10,6 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from prometheus_client.exposition import generate_latest as library_text
-from prometheus_client.openmetrics.exposition import generate_latest as library_openmetrics
 
 from exporter import encode
 from exporter.backend.sim import SimBackend
@@ -19,29 +17,11 @@ from exporter.collectors import GuardedCollectors
 from exporter.collectors.base import Families, Family, Spec, sample_value
 from exporter.poller import Poller
 from tests.conftest import SCENARIOS
-
-
-class Replay:
-    def __init__(self, families):
-        self.families = [f.metric() if isinstance(f, Family) else f for f in families]
-
-    def collect(self):
-        return iter(self.families)
+from tests.test_encode import Replay, assert_same_bytes, library_text, no_fallback  # noqa: F401 - a fixture
 
 
 def assert_same_as_library(families) -> None:
-    families = list(families)
-    assert encode.text(families) == library_text(Replay(families))
-    assert encode.openmetrics(families) == library_openmetrics(Replay(families))
-
-
-@pytest.fixture
-def no_fallback(monkeypatch):
-    def refuse(registry):
-        raise AssertionError("fell back to prometheus_client's encoder")
-
-    monkeypatch.setattr(encode, "_library_text", refuse)
-    monkeypatch.setattr(encode, "_library_openmetrics", refuse)
+    assert_same_bytes(list(families))
 
 
 GAUGE = Spec("gpushare_lean_test_bytes", "gauge", 'help with "quotes", a \\ and\na newline', ("zeta", "alpha"),
