@@ -111,6 +111,7 @@ class Run:
     end: float
     memory: tuple[tuple[float, int], ...]
     missed_spike: bool = False  # a learning run whose spikes fall between polls
+    env: tuple[tuple[str, str], ...] = ()  # environment variables, as (name, value) pairs
 
 
 @dataclass(frozen=True)
@@ -287,14 +288,22 @@ def to_scenario(episode: Episode) -> Scenario:
     gpus = [gpu(episode.model, episode.mig)]
     if episode.other is not None:
         gpus.append(gpu(*episode.other))
+    data = {"name": f"foresight-accuracy-{episode.index}", "duration": episode.end, "gpus": gpus,
+            "processes": scenario_processes(episode)}
+    return parse_scenario(data, f"corpus episode {episode.index}")
+
+
+def scenario_processes(episode: Episode) -> list[dict]:
+    """The scenario's ``processes`` of an episode's runs (every corpus's shape): a run on a MIG
+    device runs in its instance 0; ``env`` where the run has one."""
     migs = {0: episode.mig, 1: episode.other[1] if episode.other else None}
     processes = []
     for r in episode.runs:
         proc = {"pid": r.pid, "cmdline": r.cmdline, "gpu": r.gpu, "start": r.start, "end": r.end,
                 "memory": [list(p) for p in r.memory]}
+        if r.env:
+            proc["env"] = dict(r.env)
         if migs[r.gpu] is not None:
             proc["mig"] = 0
         processes.append(proc)
-    data = {"name": f"foresight-accuracy-{episode.index}", "duration": episode.end, "gpus": gpus,
-            "processes": processes}
-    return parse_scenario(data, f"corpus episode {episode.index}")
+    return processes

@@ -28,7 +28,7 @@ import random
 from dataclasses import dataclass
 
 from exporter.catalog import MIB, MODELS
-from foresight_corpus import Episode  # the harness's episode shape, shared by both corpora (not their episodes)
+from foresight_corpus import Episode, scenario_processes  # the harness's episode shape, shared by both corpora (not their episodes)
 from exporter.sim.scenario import parse_scenario
 
 GiB = 2**30
@@ -273,16 +273,6 @@ def to_scenario(episode: Episode):
     gpus = [gpu(episode.model, episode.mig)]
     if episode.other is not None:
         gpus.append(gpu(*episode.other))
-    migs = {0: episode.mig, 1: episode.other[1] if episode.other else None}
-    processes = []
-    for r in episode.runs:
-        proc = {"pid": r.pid, "cmdline": r.cmdline, "gpu": r.gpu, "start": r.start, "end": r.end,
-                "memory": [list(p) for p in r.memory]}
-        if r.env:
-            proc["env"] = dict(r.env)
-        if migs[r.gpu] is not None:
-            proc["mig"] = 0
-        processes.append(proc)
     data = {"name": f"foresight-corpus2-{episode.index}", "duration": episode.end, "gpus": gpus,
-            "processes": processes}
+            "processes": scenario_processes(episode)}
     return parse_scenario(data, f"corpus 2 episode {episode.index}")

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from exporter.catalog import MIB, board
 from exporter.sim.model import DEFAULT_DRIVER_VERSION
 from exporter.sim.scenario import parse_scenario
-from foresight_corpus import Episode  # the harness's episode shape, shared by the corpora (not their episodes)
+from foresight_corpus import Episode, Run, scenario_processes  # the harness's episode shape, shared by the corpora (not their episodes)
 from foresight_families3 import FAMILIES, JUMPS, TRENDS, Workload, make_workload, points, volatile
 
 GiB = 2**30
@@ -46,22 +46,6 @@ SHARING = {  # sharing -> (weight, devices: (model, MIG profile or None))
 PATTERNS = {"colliding": 40, "near_miss": 20, "staggered": 20, "quiet": 20}
 TARGETS = {"colliding": (1.04, 1.35), "near_miss": (0.92, 0.98), "staggered": (0.6, 0.9), "quiet": (0.4, 0.85)}
 FIRST_RUNS = {"other_size": 30, "declared": 30, "trend": 20, "never": 20}
-
-
-@dataclass(frozen=True)
-class Run:
-    """One process, in absolute virtual seconds and bytes."""
-
-    pid: int
-    cmdline: str
-    workload: int  # index into Episode.workloads
-    phase: str  # "learn" | "test"
-    gpu: int  # 0: the test device; 1: the device of another size a first run was learned on
-    start: float
-    end: float
-    memory: tuple[tuple[float, int], ...]
-    missed_spike: bool = False  # a learning run whose peak fell between the bench's polls
-    env: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -302,15 +286,6 @@ def to_scenario(episode: Episode3):
             return {"model": model, "mps": True, "compute_mode": "exclusive_process"} if mps else {"model": model}
         return {"model": model, "mig": [{"profile": mig, "mps": True} if mps else {"profile": mig}]}
     gpus = [gpu(episode.model, episode.mig)] + ([gpu(*episode.other)] if episode.other else [])
-    migs = {0: episode.mig, 1: episode.other[1] if episode.other else None}
-    processes = []
-    for r in episode.runs:
-        proc = {"pid": r.pid, "cmdline": r.cmdline, "gpu": r.gpu, "start": r.start, "end": r.end,
-                "memory": [list(p) for p in r.memory]}
-        if r.env:
-            proc["env"] = dict(r.env)
-        if migs[r.gpu] is not None:
-            proc["mig"] = 0
-        processes.append(proc)
-    data = {"name": f"foresight-corpus3-{episode.index}", "duration": episode.end, "gpus": gpus, "processes": processes}
+    data = {"name": f"foresight-corpus3-{episode.index}", "duration": episode.end, "gpus": gpus,
+            "processes": scenario_processes(episode)}
     return parse_scenario(data, f"corpus 3 episode {episode.index}")
