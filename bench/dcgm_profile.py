@@ -40,7 +40,6 @@ sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if
 import dcgm_bench  # noqa: E402
 import exporter  # noqa: E402
 import poll_profile  # noqa: E402
-from perf.anatomy import _patched  # noqa: E402
 
 # The exporter PYTHONPATH chose (`PYTHONPATH=<other checkout>` profiles that one): its files get
 # the rooms this checkout's would.
@@ -78,24 +77,10 @@ def room_of(func) -> str | None:
 
 def profile(path: Path, kind: str, start_at: float, polls: int) -> pstats.Stats:
     """Thread-CPU profile of ``polls`` polls, the NVML read threads included."""
-    from exporter.backend import nvml_device
-
     backend, poller, advance = dcgm_bench.setup(path, kind, start_at)
-    thread_profiles = []
-    original_read = nvml_device.GpuReader.read
-
-    def profiled_read(reader):
-        own = cProfile.Profile(time.thread_time)
-        own.enable()
-        try:
-            return original_read(reader)
-        finally:
-            own.disable()
-            thread_profiles.append(own)
-
     main = cProfile.Profile(time.thread_time)
     try:
-        with _patched(nvml_device.GpuReader, "read", profiled_read):
+        with poll_profile.profiled_read_threads() as thread_profiles:
             for _ in range(polls):
                 advance()
                 main.enable()

@@ -30,6 +30,7 @@ driver, timed the same way: what any Python exporter pays for the data.
 from __future__ import annotations
 
 import argparse
+from contextlib import contextmanager
 import cProfile
 import gc
 import os
@@ -156,6 +157,28 @@ def _name(func) -> str:
     return f"{filename}:{line}({name})"
 
 
+@contextmanager
+def profiled_read_threads():
+    """While open, each per-GPU read (exporter.backend.nvml_worker's threads) runs under its own
+    thread-CPU profiler; yields the list those profiles are appended to, to merge after."""
+    from exporter.backend import nvml_device
+
+    profiles = []
+    original_read = nvml_device.GpuReader.read
+
+    def profiled_read(reader):
+        own = cProfile.Profile(time.thread_time)
+        own.enable()
+        try:
+            return original_read(reader)
+        finally:
+            own.disable()
+            profiles.append(own)
+
+    with _patched(nvml_device.GpuReader, "read", profiled_read):
+        yield profiles
+
+
 def build(scenario: str, at: float):
     from exporter.backend.sim import SimBackend
     from exporter.commands.serve import make_poller
@@ -208,22 +231,8 @@ def run(scenario: str, at: float, polls: int, warmup: int, top: int) -> dict:
                 timer.uninstall()
             # pass 2: profiled, in thread CPU time (a wait costs nothing), the per-GPU read
             # threads (exporter.backend.nvml_worker) each under their own profiler, merged after.
-            from exporter.backend import nvml_device
-
-            thread_profiles = []
-            original_read = nvml_device.GpuReader.read
-
-            def profiled_read(reader):
-                own = cProfile.Profile(time.thread_time)
-                own.enable()
-                try:
-                    return original_read(reader)
-                finally:
-                    own.disable()
-                    thread_profiles.append(own)
-
             profile = cProfile.Profile(time.thread_time)
-            with _patched(nvml_device.GpuReader, "read", profiled_read):
+            with profiled_read_threads() as thread_profiles:
                 profile.enable()
                 for _ in range(polls):
                     one_poll()
