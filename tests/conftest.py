@@ -27,6 +27,26 @@ def update_golden(request) -> bool:
     return bool(request.config.getoption("--update-golden"))
 
 
+@pytest.fixture
+def install_simulation():
+    """install(sim) -> ``sim`` installed as pynvml's C library with NVML initialised; every
+    simulation installed this way is shut down and closed after the test."""
+    import pynvml
+
+    installed = []
+
+    def install(sim):
+        sim.install()
+        pynvml.nvmlInit()
+        installed.append(sim)
+        return sim
+
+    yield install
+    for sim in installed:
+        pynvml.nvmlShutdown()
+        sim.close()
+
+
 @pytest.fixture(scope="session")
 def promtool() -> str:
     """Path to promtool: skipped on a developer machine without it, a failure under CI."""

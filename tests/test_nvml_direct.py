@@ -49,22 +49,15 @@ def _outcome(fn, *args):
 
 
 @pytest.fixture
-def simulated():
+def simulated(install_simulation):
     """sim(scenario) -> an installed Simulation with NVML initialised; closed after the test."""
-    sims = []
 
     def start(scenario, at: float = 0.0):
         sim = Simulation(scenario)
-        sim.install()
         sim.advance_to(at)
-        pynvml.nvmlInit()
-        sims.append(sim)
-        return sim
+        return install_simulation(sim)
 
-    yield start
-    for sim in sims:
-        pynvml.nvmlShutdown()
-        sim.close()
+    return start
 
 
 def _devices():

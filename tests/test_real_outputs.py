@@ -56,10 +56,8 @@ def _gpu_indices(lines: list[str], pattern: re.Pattern) -> set[int]:
 
 
 @pytest.fixture
-def play():
+def play(install_simulation):
     """play(meta, gpu_count) -> the scenario of ``meta`` installed and nvmlInit-ed."""
-    sims = []
-
     def start(meta: dict, gpus: int):
         gpu = {"model": meta["board"]}
         if meta.get("variant"):
@@ -70,15 +68,9 @@ def play():
             gpu["compute_mode"] = meta["compute_mode"]
         sim = Simulation(parse_scenario({"driver_version": str(meta["simulate_driver"]),
                                          "gpus": [dict(gpu) for _ in range(gpus)]}, f"{meta['source']}"))
-        sim.install()
-        pynvml.nvmlInit()
-        sims.append(sim)
-        return sim
+        return install_simulation(sim)
 
-    yield start
-    for sim in sims:
-        pynvml.nvmlShutdown()
-        sim.close()
+    return start
 
 
 def _profiles(handle) -> dict[str, object]:
