@@ -208,16 +208,22 @@ def _value_line(value: float) -> str:
     return line
 
 
+def _write_lean(family, header: int, append) -> None:
+    """A lean family's header (``header``: 0 text, 1 OpenMetrics) and series; _NotSimple where
+    that format needs the library (a name or unit it would rewrite)."""
+    plan = _series_plan(family.spec)
+    if plan[header] is None:
+        raise _NotSimple(family.spec.name)
+    append(plan[header])
+    _write_series(family, plan, append)
+
+
 def _text(families: Sequence[Metric]) -> str:
     out: list[str] = []
     append = out.append
     for metric in families:
         if not isinstance(metric, Metric):  # a lean family
-            plan = _series_plan(metric.spec)
-            if plan[0] is None:
-                raise _NotSimple(metric.spec.name)
-            append(plan[0])
-            _write_series(metric, plan, append)
+            _write_lean(metric, 0, append)
             continue
         kind = metric.type
         shown = metric.name + _TEXT_NAME_SUFFIX.get(kind, "")
@@ -243,11 +249,7 @@ def _openmetrics(families: Sequence[Metric]) -> str:
     append = out.append
     for metric in families:
         if not isinstance(metric, Metric):  # a lean family
-            plan = _series_plan(metric.spec)
-            if plan[1] is None:
-                raise _NotSimple(metric.spec.name)
-            append(plan[1])
-            _write_series(metric, plan, append)
+            _write_lean(metric, 1, append)
             continue
         name = metric.name
         _check_name(name, _PLAIN_METRIC_NAME)
