@@ -27,6 +27,19 @@ def update_golden(request) -> bool:
     return bool(request.config.getoption("--update-golden"))
 
 
+def bench_module(name: str):
+    """A module of bench/ (its modules import each other by bare name, so bench/ is on the path
+    while it imports)."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+
+
 @pytest.fixture
 def install_simulation():
     """install(sim) -> ``sim`` installed as pynvml's C library with NVML initialised; every

@@ -11,11 +11,12 @@ import json
 import os
 import re
 import subprocess
-import importlib
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import bench_module
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench" / "exporter_bench.py"
@@ -198,19 +199,10 @@ def test_foresight_accuracy_refuses_a_bad_flag_value():
     assert "--episodes" in out.stderr.strip().splitlines()[-1]
 
 
-def _bench_module(name: str):
-    """A module of bench/ (its modules import each other by bare name)."""
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(REPO / "bench"))
-
-
 def test_foresight_corpus_is_seeded_and_its_classes_hold():
     """Same seed, same corpus; replicas share a workload key, other jobs do not; each start pattern
     puts the simultaneous peak where its class says (above memory only when colliding)."""
-    corpus = _bench_module("foresight_corpus")
+    corpus = bench_module("foresight_corpus")
     from exporter.foresight.workload import workload_key
 
     episodes = corpus.make_corpus(7, 40)
@@ -231,7 +223,7 @@ def test_second_foresight_corpus_is_seeded_and_its_classes_hold():
     """Corpus 2: same seed, same corpus; each workload keeps one key over its runs (volatile flags
     differ), different jobs get different keys; colliding puts the simultaneous peak above memory,
     the other patterns below; first runs have no learning run on the test device."""
-    corpus = _bench_module("foresight_corpus2")
+    corpus = bench_module("foresight_corpus2")
     from exporter.foresight.workload import workload_key
 
     episodes = corpus.make_corpus(7, 40)

@@ -7,32 +7,19 @@ exporter, no polling); the accuracy bench itself is smoke-tested in tests/test_b
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
 
 from exporter.foresight.workload import workload_key
 from exporter.sim.engine import Engine
 from exporter.sim.scenario import parse_scenario
+from tests.conftest import bench_module
 
-REPO = Path(__file__).resolve().parent.parent
 EPISODES = 40
-
-
-def _bench_module(name: str):
-    """A module of bench/ (its modules import each other by bare name)."""
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(REPO / "bench"))
 
 
 @pytest.fixture(scope="module")
 def corpus():
-    return _bench_module("foresight_corpus3")
+    return bench_module("foresight_corpus3")
 
 
 @pytest.fixture(scope="module")
@@ -86,12 +73,12 @@ def test_episode_classes_hold(corpus, episodes, index):
     declared = [dict(r.env).get("GPUSHARE_EXPECTED_PEAK") for r in e.test_runs() if r.workload == 0]
     assert all(declared) == any(declared) == (e.classes["learned"] == "declared")
     if e.classes["learned"] == "never":
-        assert e.workloads[0].family in _bench_module("foresight_families3").JUMPS
+        assert e.workloads[0].family in bench_module("foresight_families3").JUMPS
 
 
 def test_forty_episodes_cover_every_class(corpus, episodes):
     """Seed 0's 40 episodes hold every pattern, sharing mode, first-run class and family."""
-    families = _bench_module("foresight_families3").FAMILIES
+    families = bench_module("foresight_families3").FAMILIES
     assert {e.classes["pattern"] for e in episodes} == set(corpus.PATTERNS)
     assert {e.classes["sharing"] for e in episodes} == set(corpus.SHARING)
     assert {e.classes["learned"] for e in episodes} == {"here", *corpus.FIRST_RUNS}
