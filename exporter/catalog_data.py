@@ -152,8 +152,8 @@ PROFILE_SINCE: dict[str, dict[str, int]] = {
 
 # Model row: key -> dict of GpuModel fields except mig_profiles.
 # memory_total_mib: "Total" as nvidia-smi prints it. memory_reserved_mib: the v2 "reserved"
-# figure, never stated in the facts file: 328 MiB for H100 80GB is a commonly posted value
-# (inferred); the others are scaled guesses (inferred) of the same order.
+# figure: 480 MiB for H100 80GB HBM3 [obs] (nvidia-smi -q, driver 580.159.04; the 328 MiB
+# once inferred here was wrong), 700 MiB for H200 [obs]; the others are scaled guesses (inferred).
 # power_limit_watts / max_clocks_mhz (graphics, sm, memory, video): spec sheet unless noted.
 # idle_power_watts: inferred everywhere (typical idle draw, only used to shape simulated power).
 MODEL_ROWS: dict[str, dict] = {
@@ -186,7 +186,9 @@ MODEL_ROWS: dict[str, dict] = {
     "H100-80GB": dict(
         nvml_name="NVIDIA H100 80GB HBM3", aliases=("H100", "H100-SXM5"),
         architecture="hopper", compute_capability=(9, 0), pci_device_id=0x233010DE,
-        memory_total_mib=81559, memory_reserved_mib=328,  # total [obs]; reserved inferred
+        # total and reserved [obs]: nvidia-smi -q on driver 580.159.04 (tests/data/nvidia-smi/
+        # h100-80gb-hbm3-580-q.txt); other branches' reserved memory not observed
+        memory_total_mib=81559, memory_reserved_mib=480,
         sm_count=132, power_limit_watts=700.0, idle_power_watts=70.0,  # spec sheet (SXM5)
         max_clocks_mhz=(1980, 1980, 2619, 1545),  # nvidia-smi -q (NVIDIA/DCGM#120) [obs]
         memory_slices=8, compute_slices=7, max_mig_devices=7, profiles=H100_80GB_PROFILES,

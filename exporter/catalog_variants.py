@@ -52,8 +52,10 @@ BOARD_ROWS: dict[str, dict] = {
     "A100-80GB": dict(bar1_mib=131072, pcie_generation=4, pcie_width=16, nvlink_version=NVLINK_V3,
                       idle_pstate=0, temperature_limits_c=(92, 89, 85, 95), memory_bus_width=5120,
                       brand=BRAND_NVIDIA, default_app_clock_mhz=1155),
+    # H100-80GB shutdown 95 / slowdown 89 / GPU max 87 [obs]: NVML thresholds on 580.159.04, and
+    # nvidia-smi -q's T.Limit figures (max operating 87 = 31 C + 56; shutdown -8, slowdown -2).
     "H100-80GB": dict(bar1_mib=131072, pcie_generation=5, pcie_width=16, nvlink_version=NVLINK_V4,
-                      idle_pstate=0, temperature_limits_c=(92, 89, 87, 95), memory_bus_width=5120,
+                      idle_pstate=0, temperature_limits_c=(95, 89, 87, 95), memory_bus_width=5120,
                       brand=BRAND_NVIDIA, default_app_clock_mhz=1980),
     "H100-NVL": dict(bar1_mib=131072, pcie_generation=5, pcie_width=16, nvlink_version=NVLINK_V4,
                      idle_pstate=0, temperature_limits_c=(92, 89, 87, 95), memory_bus_width=6144,

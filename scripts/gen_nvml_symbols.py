@@ -36,9 +36,14 @@ OLDER_THAN_WRAPPER = frozenset({
     "nvmlDeviceGetMPSComputeRunningProcesses_v2",
 })
 
+# Seen exported by a real library of an older branch than the first pynvml release that calls
+# it: nvmlDeviceGetDriverModel_v2 answers NOT_SUPPORTED (not FunctionNotFound) on 580.159.04
+# (bench/real_gpu_smoke.py on an H100, 2026-11-26; docs/hardware-facts.md).
+SEEN_EXPORTED: dict[str, int] = {"nvmlDeviceGetDriverModel_v2": 580}
+
 SINCE: dict[str, int] = {
     name: branch for branch, names in SYMBOLS_BY_BRANCH.items() for name in names.split()
-}
+} | SEEN_EXPORTED
 
 
 def exported(name: str, branch: int) -> bool:

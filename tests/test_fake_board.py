@@ -299,7 +299,10 @@ def test_every_symbol_of_the_driver_branch_is_exported_and_newer_ones_are_not(ho
         assert present == (branch <= 580), name
     assert set(sim.missing_symbols) == {n for n, b in SINCE.items() if b > 580}
     with pytest.raises(pynvml.NVMLError_FunctionNotFound):  # R595 API, absent from 580
-        pynvml._nvmlGetFunctionPointer("nvmlDeviceGetDriverModel_v2")
+        pynvml._nvmlGetFunctionPointer("nvmlDeviceGetVgpuSchedulerLog_v2")
+    # ... but the driver-model _v2 was seen exported by a real 580.159.04 (NOT_SUPPORTED on Linux)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetDriverModel_v2(h(0))
 
 
 def test_an_older_driver_lacks_the_newer_symbols(host):

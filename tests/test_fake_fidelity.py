@@ -6,6 +6,8 @@ scenario each test builds, never from the fake's own output.
 
 from __future__ import annotations
 
+import dataclasses
+
 import ctypes
 import os
 
@@ -217,12 +219,34 @@ def test_profile_ids_differ_from_enum_indices(nvml):
                    gpus=(gpu(0, "A30", mig=()),), processes=(), events=())
     nvml()
     ids, stop = _profile_ids(handle(1))
-    assert stop == pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT
+    assert stop == 17  # R580's count (580.159.04 observed), not nvidia-ml-py's newer constant
     assert ids == {0: 19, 1: 14, 2: 9, 3: 5, 4: 0, 7: 20, 9: 15}
     by_id = pynvml.nvmlDeviceGetGpuInstanceProfileInfoById(handle(1), 15)
     assert (by_id.name, by_id.memorySizeMB, by_id.multiprocessorCount) == ("MIG 1g.20gb", 20096, 26)
     nvml(a30)
     assert _profile_ids(handle(0))[0] == {0: 14, 1: 5, 3: 0, 7: 21, 8: 6}
+    later = dataclasses.replace(a30, driver_version="595.45.04")  # a branch after R580: pynvml's count
+    nvml(later)
+    assert _profile_ids(handle(0))[1] == max(17, pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT)
+
+
+def test_the_profile_table_answers_with_mig_disabled(nvml):
+    """A real H100 on 580.159.04 with MIG disabled answered the whole table through the V call
+    (bench/real_gpu_smoke.py, 2026-11-26): the same ids, names, SMs and sizes as with MIG on."""
+    nvml()
+    assert pynvml.nvmlDeviceGetMigMode(handle(0))[0] == pynvml.NVML_DEVICE_MIG_DISABLE
+    ids, stop = _profile_ids(handle(0))
+    assert ids == {0: 19, 1: 14, 2: 9, 3: 5, 4: 0, 7: 20, 9: 15} and stop == 17
+    seen = []
+    for index in ids:
+        info = pynvml.nvmlDeviceGetGpuInstanceProfileInfoV(handle(0), index)
+        seen.append((info.id, info.name, info.multiprocessorCount, info.memorySizeMB, info.sliceCount))
+    assert seen == [(19, "MIG 1g.10gb", 16, 9984, 1), (14, "MIG 2g.20gb", 32, 20096, 2), (9, "MIG 3g.40gb", 60, 40448, 3),
+                    (5, "MIG 4g.40gb", 64, 40448, 4), (0, "MIG 7g.80gb", 132, 81152, 7),
+                    (20, "MIG 1g.10gb+me", 16, 9984, 1), (15, "MIG 1g.20gb", 26, 20096, 1)]
+    assert pynvml.nvmlDeviceGetNumFans(handle(0)) == 0  # answered, as on the real board
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetFanSpeed(handle(0))
 
 
 def test_possible_placements_match_the_catalog(nvml):

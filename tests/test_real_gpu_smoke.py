@@ -8,6 +8,7 @@ and that the mirror picks the right variant from a real GPU's name. The probes o
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -74,3 +75,40 @@ def test_a_wrong_board_is_reported(capsys):
     diffs = smoke.compare(real, smoke.fake_answers("NVIDIA A100-SXM4-80GB", None))
     out = capsys.readouterr().out
     assert diffs >= 4 and "DIFF PCI device id" in out and "DIFF power limit constraints" in out
+
+
+def test_host_dependent_probes_are_printed_apart_and_not_counted(capsys):
+    """A GPU passed through to a VM says virtualization mode 1 and has no NVLink: how the host
+    attaches it, not the board. Those show as HOST lines; a board difference still counts."""
+    assert smoke.HOST_DEPENDENT <= {label for label, _, _, _ in probe.GPU_PROBES + probe.MIG_PROBES}
+    sim = Simulation(parse_scenario({"name": "played", "gpus": [{"model": "H100-80GB"}]}, "p.yaml"))
+    sim.install()
+    try:
+        pynvml.nvmlInit()
+        real = smoke.real_answers(pynvml, 0)
+        pynvml.nvmlShutdown()
+    finally:
+        sim.close()
+    real["gpu"]["virtualization mode"] = ("ok", 1)
+    real["gpu"]["NVLink 0 state"] = ("error", "NotSupported")
+    fake = smoke.fake_answers("NVIDIA H100 80GB HBM3", None)
+    assert smoke.compare(real, fake) == 0
+    out = capsys.readouterr().out
+    assert "HOST virtualization mode" in out and "HOST NVLink 0 state" in out
+    real["gpu"]["shutdown temperature"] = ("ok", 92)
+    assert smoke.compare(real, fake) == 1 and "DIFF shutdown temperature" in capsys.readouterr().out
+
+
+def test_the_cost_bench_splits_a_poll_into_driver_and_exporter(capsys):
+    """bench/real_gpu_cost.py on a simulated H100: the poll, its driver share by C function, the
+    floor; and pynvml's function lookup is given back afterwards."""
+    import real_gpu_cost as cost
+
+    lookup = pynvml._nvmlGetFunctionPointer
+    assert cost.main(["--simulate", "wan22-h100-mps-together", "--polls", "3", "--serve-seconds", "0"]) == 0
+    assert pynvml._nvmlGetFunctionPointer is lookup
+    out = capsys.readouterr().out
+    poll = re.search(r"backend poll: ([\d.]+) ms CPU.*in the driver's C functions ([\d.]+) ms", out)
+    assert poll and 0 < float(poll.group(2)) < float(poll.group(1)), out
+    assert re.search(r"^  nvmlDeviceGetMemoryInfo_v2 +[\d.]+ ms +1\.0 calls", out, re.M), out
+    assert "floor: " in out and "poll / floor = " in out

@@ -1,7 +1,7 @@
 """Real nvidia-smi outputs, played on the simulator and read back through pynvml (issue 25).
 
 Each tests/data/nvidia-smi/<name>.txt is output quoted as printed in a public bug report, vendor
-doc or guide; its <name>.yaml gives the source URL, the board, the driver (where printed) and
+doc or guide, or captured first-hand on a lent GPU by bench/real_gpu_run.sh (h100-80gb-hbm3-580-*); its <name>.yaml gives the source URL, the board, the driver (where printed) and
 what the scenario must set up (the driver branch it claims to be, the MIG layout). The test
 builds that scenario, reads every value the output shows the way a client does (pynvml), and
 formats it as nvidia-smi does: profile names, ids, free/total instances, GiB with two decimals,
@@ -81,6 +81,8 @@ def _profiles(handle) -> dict[str, object]:
             info = pynvml.nvmlDeviceGetGpuInstanceProfileInfoV(handle, index)
         except pynvml.NVMLError_NotSupported:
             continue
+        except pynvml.NVMLError_InvalidArgument:
+            break  # past the driver's last profile index
         name = info.name.decode() if isinstance(info.name, bytes) else info.name
         found[name.removeprefix("MIG ")] = info
     return found
@@ -251,7 +253,79 @@ def _check_nvlink(lines: list[str], complete: bool = False) -> int:
     return checked
 
 
-CHECKS = {"nvidia-smi mig -lgip": (_check_lgip, LGIP), "nvidia-smi mig -lgi": (_check_lgi, LGI),
+MINOR = re.compile(r"^    Minor Number\s+: (\d+)$")  # nvidia-smi -q: one GPU's block
+ARCH_NAMES = {getattr(pynvml, n): n.removeprefix("NVML_DEVICE_ARCH_").title()
+              for n in dir(pynvml) if n.startswith("NVML_DEVICE_ARCH_") and n != "NVML_DEVICE_ARCH_UNKNOWN"}
+
+
+def _query_fields(lines: list[str]) -> dict[str, str]:
+    """A one-GPU nvidia-smi -q as {"Section/Sub/Key": value}: four spaces per level under the GPU's
+    bus id line; a line without " : " opens a section."""
+    fields: dict[str, str] = {}
+    path: list[str] = []
+    for line in lines:
+        if not line.startswith("    ") or not line.strip():
+            continue
+        depth = (len(line) - len(line.lstrip(" "))) // 4 - 1
+        key, sep, value = line.strip().partition(" : ")
+        del path[depth:]
+        if sep:
+            fields["/".join([*path, key.strip()])] = value.strip()
+        else:
+            path.append(key.strip())
+    return fields
+
+
+def _check_query(lines: list[str], complete: bool = False) -> int:
+    """nvidia-smi -q: the board's facts (name, architecture, memory total and reserved, BAR1, PCI
+    id and link, power limits, max and default clocks, temperature thresholds as T.Limit
+    offsets), modes and what it prints N/A for, read back through pynvml."""
+    q = _query_fields(lines)
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    mib = lambda text: int(text.removesuffix(" MiB"))  # noqa: E731
+    watts = lambda text: float(text.removesuffix(" W"))  # noqa: E731
+    mhz = lambda text: int(text.removesuffix(" MHz"))  # noqa: E731
+    memory = pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+    low, high = pynvml.nvmlDeviceGetPowerManagementLimitConstraints(h)
+    threshold = lambda which: pynvml.nvmlDeviceGetTemperatureThreshold(h, which)  # noqa: E731
+    gpu_max = threshold(pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX)
+    pairs = {
+        "Product Name": (q["Product Name"], pynvml.nvmlDeviceGetName(h)),
+        "Product Architecture": (q["Product Architecture"], ARCH_NAMES[pynvml.nvmlDeviceGetArchitecture(h)]),
+        "FB total": (mib(q["FB Memory Usage/Total"]), memory.total // MIB),
+        "FB reserved": (mib(q["FB Memory Usage/Reserved"]), memory.reserved // MIB),
+        "BAR1 total": (mib(q["BAR1 Memory Usage/Total"]), pynvml.nvmlDeviceGetBAR1MemoryInfo(h).bar1Total // MIB),
+        "PCI device id": (int(q["PCI/Device Id"], 16), pynvml.nvmlDeviceGetPciInfo(h).pciDeviceId),
+        "PCIe generation": (int(q["PCI/GPU Link Info/PCIe Generation/Max"]), pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h)),
+        "PCIe width": (q["PCI/GPU Link Info/Link Width/Max"], f"{pynvml.nvmlDeviceGetMaxPcieLinkWidth(h)}x"),
+        "default power limit": (watts(q["GPU Power Readings/Default Power Limit"]),
+                                pynvml.nvmlDeviceGetPowerManagementDefaultLimit(h) / 1000),
+        "power limit range": ((watts(q["GPU Power Readings/Min Power Limit"]),
+                               watts(q["GPU Power Readings/Max Power Limit"])), (low / 1000, high / 1000)),
+        "MIG mode": (q["MIG Mode/Current"] == "Enabled", pynvml.nvmlDeviceGetMigMode(h)[0] == pynvml.NVML_DEVICE_MIG_ENABLE),
+        "compute mode": (COMPUTE_MODES[q["Compute Mode"]], pynvml.nvmlDeviceGetComputeMode(h)),
+        "shutdown T.Limit": (int(q["Temperature/GPU Shutdown T.Limit Temp"].removesuffix(" C")),
+                             gpu_max - threshold(pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN)),
+        "slowdown T.Limit": (int(q["Temperature/GPU Slowdown T.Limit Temp"].removesuffix(" C")),
+                             gpu_max - threshold(pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)),
+    }
+    for domain, clock in (("Graphics", pynvml.NVML_CLOCK_GRAPHICS), ("SM", pynvml.NVML_CLOCK_SM),
+                          ("Memory", pynvml.NVML_CLOCK_MEM), ("Video", pynvml.NVML_CLOCK_VIDEO)):
+        pairs[f"max clock {domain}"] = (mhz(q[f"Max Clocks/{domain}"]), pynvml.nvmlDeviceGetMaxClockInfo(h, clock))
+    for domain, clock in (("Graphics", pynvml.NVML_CLOCK_GRAPHICS), ("Memory", pynvml.NVML_CLOCK_MEM)):
+        pairs[f"default applications clock {domain}"] = (mhz(q[f"Default Applications Clocks/{domain}"]),
+                                                         pynvml.nvmlDeviceGetDefaultApplicationsClock(h, clock))
+    wrong = {what: pair for what, pair in pairs.items() if pair[0] != pair[1]}
+    assert not wrong, f"printed vs simulated: {wrong}"
+    for printed, call in ((q["Fan Speed"], lambda: pynvml.nvmlDeviceGetFanSpeed(h)),
+                          (q["Driver Model/Current"], lambda: pynvml.nvmlDeviceGetDriverModel(h))):
+        assert printed == "N/A"
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            call()
+    return len(pairs) + 2
+
+
+CHECKS = {"nvidia-smi mig -lgip": (_check_lgip, LGIP), "nvidia-smi -q": (_check_query, MINOR), "nvidia-smi mig -lgi": (_check_lgi, LGI),
           "nvidia-smi mig -lgipp": (_check_lgipp, LGIPP), "nvidia-smi -L": (_check_list, LIST_GPU),
           "nvidia-smi nvlink --status": (_check_nvlink, LIST_GPU),
           "nvidia-smi (MIG devices table)": (_check_migdevices, MIGDEV), "nvidia-smi": (_check_summary, SMI1)}
@@ -263,7 +337,8 @@ def test_corpus_is_complete():
     assert sorted(p.stem for p in DATA.glob("*.txt")) == CASES
     for name in CASES:
         meta = _meta(name)
-        assert meta["source"].startswith("https://"), name
+        # a public page, or an output this project captured itself (the script named, the date)
+        assert meta["source"].startswith(("https://", "captured by bench/real_gpu_run.sh ")), name
         assert meta["command"] in CHECKS, name
         assert re.fullmatch(r"\d+\.\d+\.\d+", str(meta["simulate_driver"])), name
         assert meta["driver"] is None or str(meta["driver"]) == str(meta["simulate_driver"]), name

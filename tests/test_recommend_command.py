@@ -98,7 +98,7 @@ def _scenario_memory(t: float) -> float:
 def test_simulated_wan_node_gets_a_stagger_that_avoids_the_oom(tmp_path, capsys):
     """The seed talk's three Wan jobs on one MPS H100, watched every 15 s through the simulator:
     their peaks (3 x 33 GiB) exceed the GPU, and the advised start offsets keep the scenario's
-    true memory curves under its 79.3 GiB at every second."""
+    true memory curves under its 79.2 GiB at every second."""
     scenario = REPO / "examples" / "scenarios" / "wan22-h100-mps-staggered.yaml"
     series = tmp_path / "wan-node.jsonl"
     series.write_text("\n".join(_simulated_snapshots(scenario, [float(t) for t in range(0, 840, 15)])))

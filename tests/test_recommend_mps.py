@@ -173,7 +173,7 @@ def test_grid_step_is_round_and_bounded(step):
 
 def test_the_margin_that_sizes_mig_slots_sizes_the_mps_limits_and_the_fit_too():
     """The scenario's Wan jobs in GiB (22 -> 33). Without a margin, staggered they need 77 GiB plus three
-    CUDA contexts: below the H100's 79.3 GiB less the MPS server, so they stagger (tight, and the room is
+    CUDA contexts: below the H100's 79.2 GiB less the MPS server, so they stagger (tight, and the room is
     stated). With the 10% observed margin MIG slots get, each limit is 36.3 GiB and the plateaus 24.2:
     36.3 + 2 x 24.2 exceeds the device at any spacing, so only two may run at once. The verdict never
     rests on bare peaks while the limits say more."""

@@ -239,7 +239,7 @@ def test_html_has_a_stamp_legend_how_to_apply_axes_and_full_names():
     assert "Undated plan (no observed input) &middot; gpushare-exporter " in page
     assert "<h2>Legend</h2>" in page and "stranded" in page and "free at the peak moment" in page
     assert "<h2>How to apply</h2>" in page and "nvidia.com/mig.config=" in page and "nvidia-mig-parted apply" in page
-    assert ">GiB</text>" in page and " min</text>" in page and "device memory 79.3 GiB" in page
+    assert ">GiB</text>" in page and " min</text>" in page and f"device memory {catalog.MODELS['H100-80GB'].memory_capacity_bytes / 2**30:.1f} GiB" in page
     assert page.count("wan2.2-t2v-5b") >= 6  # full names in the lists under the GPUs and in the tables
 
 

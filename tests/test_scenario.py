@@ -193,7 +193,7 @@ def test_process_missing_mig_on_mig_gpu(tmp_path):
 
 
 def test_process_memory_above_gpu_capacity(tmp_path):
-    """90 GiB at start cannot fit an H100 (79.3 GiB usable)."""
+    """90 GiB at start cannot fit an H100 (79.2 GiB usable)."""
     text = BASE_GPUS + "processes:\n  - {pid: 1, name: a, gpu: 0, start: 1m, memory: 90GiB}\n"
     assert_refused(tmp_path, text, "processes[0].memory", "90.00 GiB at its start (1m) exceeds",
                    "GPU 0 (81559 MiB total")

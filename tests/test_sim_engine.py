@@ -66,7 +66,7 @@ def test_wan_jobs_started_together_lose_exactly_one_at_the_crossing():
 
 
 def test_wan_jobs_staggered_by_60s_never_overflow():
-    """Staggered spikes peak at 33 + 22 + 22 = 77 GiB, below the H100's ~79.3 GiB."""
+    """Staggered spikes peak at 33 + 22 + 22 = 77 GiB, below the H100's ~79.2 GiB."""
     sim = Engine(scenario([gpu()], [wan_job(1001, 0), wan_job(1002, 60), wan_job(1003, 120)]))
     sim.advance_to(600)
     assert sim.oom_events == [] and not sim.oom_kills

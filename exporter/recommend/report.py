@@ -94,8 +94,10 @@ def _items(ms: ModelSlots, workloads: list[Workload], points: int) -> list[plann
     items = []
     for w in workloads:
         weight = ms.gpus_per_instance(w.memory_need_bytes) if w.memory_need_mib > full else 1
+        # An instance wider than one GPU takes whole GPUs: the full slot's level, even where a
+        # MIG profile is larger than MIG off's usable memory (7g.80gb on an H100 on R580).
         items.append(planner.Item(w.name, w.memory_need_mib, w.sms_on(ms.model), weight,
-                                  ms.tier(w.memory_need_mib), w.alive(points), frozenset(w.slots_seen)))
+                                  ms.tier(min(w.memory_need_mib, full)), w.alive(points), frozenset(w.slots_seen)))
     return items
 
 

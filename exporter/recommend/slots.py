@@ -7,8 +7,8 @@ device as they run now, see planner.py). Slots are the model's MIG planning prof
 memory, and, several together, a workload larger than one GPU. A *level* is a distinct slot
 memory size; an instance of a workload fits every slot of its level and above.
 
-Patterns: the undominated MIG patterns (but a lone 7g: MIG off gives the same workload more
-memory), the ``full`` pattern (MIG off), and the current layout of every fleet GPU (so a GPU can
+Patterns: the undominated MIG patterns (but a lone 7g: MIG off holds the same workloads
+without MIG's constraints), the ``full`` pattern (MIG off), and the current layout of every fleet GPU (so a GPU can
 keep a layout that is not undominated).
 """
 
@@ -105,8 +105,10 @@ def _model_slots(key: str, branch: int | None) -> ModelSlots:  # branch: part of
         return ModelSlots(model, (whole,), ((1,),), (whole.memory_mib,))
     mp = model_patterns(key)
     slots = tuple(Slot(p.name, p.memory_mib, p.sm_count, p.slice_count, p.memory_slices) for p in mp.profiles)
-    # A lone full-size instance (7g) is MIG off with less memory: new GPUs take MIG off instead;
-    # a GPU configured so today may still keep it (current layouts are added by the planner).
+    # A lone full-size instance (7g) is MIG off with MIG's constraints: new GPUs take MIG off
+    # instead; a GPU configured so today may still keep it (current layouts are added by the
+    # planner). Its memorySizeMB can exceed MIG off's total minus reserved (81152 vs 81079 MiB on
+    # an H100 80GB on R580: 0.1 %), not enough to plan MIG for.
     whole_size = max(p.memory_slices for p in mp.profiles)
     patterns = tuple((*p, 0) for p in mp.patterns
                      if not (sum(p) == 1 and mp.profiles[p.index(1)].memory_slices == whole_size))

@@ -122,7 +122,16 @@ class BoardCalls:
     nvmlDeviceGetFanSpeedRPM = _no_fan
     nvmlDeviceGetMinMaxFanSpeed = _no_fan
     nvmlDeviceGetFanControlPolicy_v2 = _no_fan
-    nvmlDeviceGetNumFans = _no_fan
+
+    def nvmlDeviceGetNumFans(self, handle, ref):
+        """How many fans: 0 on a passively cooled board, answered (an H100 SXM on 580.159.04 says
+        0; its fan speed calls are NOT_SUPPORTED, nvidia-smi "Fan Speed: N/A")."""
+        dev = self._gpu_only(handle)
+        if not isinstance(dev, Dev):
+            return dev
+        out(ref, _fans(dev))
+        return SUCCESS
+
     nvmlDeviceGetCoolerInfo = _no_fan
 
     # --- PCIe ------------------------------------------------------------------------------

@@ -143,14 +143,15 @@ class IdentityCalls:
         return dev.model.architecture in ("hopper", "blackwell")
 
     def nvmlDeviceGetConfComputeMemSizeInfo(self, handle, ref):
-        """CC off: nothing protected, the whole framebuffer unprotected (KiB)."""
+        """CC off: nothing protected; unprotected is the framebuffer less the driver's reserved part
+        (KiB): 83024896 KiB = 81559 - 480 MiB on an H100 on 580.159.04 (bench/real_gpu_smoke.py)."""
         dev = self._gpu_only(handle)
         if not isinstance(dev, Dev):
             return dev
         if not self._cc_capable(dev):
             return NOT_SUPPORTED
         ref._obj.protectedMemSizeKib = 0
-        ref._obj.unprotectedMemSizeKib = dev.model.memory_total_mib * 1024
+        ref._obj.unprotectedMemSizeKib = (dev.model.memory_total_mib - dev.model.memory_reserved_mib) * 1024
         return SUCCESS
 
     def nvmlDeviceGetConfComputeProtectedMemoryUsage(self, handle, ref):

@@ -2,10 +2,13 @@
 
 Profiles come from exporter.catalog: the enum index passed to ...GetGpuInstanceProfileInfo
 maps to a struct whose ``.id`` is the real profile id (19 for 1g on 8-slice GPUs, not 0);
-indices past NVML_GPU_INSTANCE_PROFILE_COUNT give INVALID_ARGUMENT and profiles the GPU lacks
-give NOT_SUPPORTED, so the documented "iterate until INVALID_ARGUMENT" idiom works.
-The V (v2) call answers NOT_SUPPORTED while MIG is disabled (header wording); v1 answers on
-any MIG-capable GPU.
+indices past the driver's profile count give INVALID_ARGUMENT and profiles the GPU lacks
+give NOT_SUPPORTED, so the documented "iterate until INVALID_ARGUMENT" idiom works. The count
+is the driver's, not pynvml's constant: R580 stops at enum 17 (580.159.04, observed) while
+nvidia-ml-py 13.615 says NVML_GPU_INSTANCE_PROFILE_COUNT = 18 (a profile of a later branch).
+Both the v1 and the V (v2) call answer on any MIG-capable GPU, MIG mode on or off: the header's
+wording suggests NOT_SUPPORTED for V while MIG is disabled, but an H100 on driver 580.159.04
+answered the whole table with MIG disabled (bench/real_gpu_smoke.py, docs/hardware-facts.md).
 """
 
 from __future__ import annotations
@@ -37,6 +40,15 @@ def _fill_profile(info, profile: MigProfile) -> None:
     info.memorySizeMB = profile.memory_mib
     if hasattr(info, "name"):
         info.name = f"MIG {profile.name}".encode()
+
+
+R580_PROFILE_COUNT = 17  # enum 17 gives INVALID_ARGUMENT on 580.159.04 (bench/real_gpu_smoke.py)
+
+
+def profile_count(branch: int) -> int:
+    """GPU-instance profile enum count of driver branch ``branch``: 17 up to R580 (observed), else
+    pynvml's constant (later branches, not observed)."""
+    return R580_PROFILE_COUNT if branch <= 580 else max(R580_PROFILE_COUNT, pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT)
 
 
 class MigCalls:
@@ -117,13 +129,13 @@ class MigCalls:
 
     # --- profiles and placements -----------------------------------------------------------
 
-    def _profile_info(self, handle, index, ref, needs_mig_on: bool):
+    def _profile_info(self, handle, index, ref):
         dev = self._parent(handle)
         if not isinstance(dev, Dev):
             return dev
-        if not dev.model.mig_capable or (needs_mig_on and not dev.epoch.mig_enabled):
+        if not dev.model.mig_capable:
             return NOT_SUPPORTED
-        if not 0 <= value(index) < pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT:
+        if not 0 <= value(index) < profile_count(int(self._driver_version.split(".")[0])):
             return INVALID_ARGUMENT
         profile = dev.model.profile_by_enum(value(index))
         if profile is None:
@@ -132,12 +144,12 @@ class MigCalls:
         return SUCCESS
 
     def nvmlDeviceGetGpuInstanceProfileInfo(self, handle, index, ref):
-        return self._profile_info(handle, index, ref, needs_mig_on=False)
+        return self._profile_info(handle, index, ref)
 
     def nvmlDeviceGetGpuInstanceProfileInfoV(self, handle, index, ref):
         if ref._obj.version != pynvml.nvmlGpuInstanceProfileInfo_v2:
             return VERSION_MISMATCH
-        return self._profile_info(handle, index, ref, needs_mig_on=True)
+        return self._profile_info(handle, index, ref)
 
     def _profile_by_id(self, handle, profile_id):
         dev = self._parent(handle)
