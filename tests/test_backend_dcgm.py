@@ -102,9 +102,13 @@ def test_dcgm_gpu_ids_need_not_be_nvml_indices(tmp_path):
     nvml = scrape_at(path, "nvml", [30, 31, 32])
     assert value(series, "gpushare_mig_sm_active_ratio", gpu="0", gi="0") == pytest.approx(0.8)
     assert value(series, "gpushare_gpu_sm_active_ratio", gpu="1") == pytest.approx(0.3)
+    # NVML reads the energy counter every 10 s (GpuReader._energy_joules): compare a first poll.
+    first = scrape_at(path, "dcgm", [30]), scrape_at(path, "nvml", [30])
     for gpu in ("0", "1"):  # device fields from DCGM land on the same GPU as NVML's
-        for family in ("gpushare_gpu_power_watts", "gpushare_gpu_temperature_celsius", "gpushare_gpu_energy_joules_total"):
+        for family in ("gpushare_gpu_power_watts", "gpushare_gpu_temperature_celsius"):
             assert value(series, family, gpu=gpu) == value(nvml, family, gpu=gpu), (family, gpu)
+        energy = [value(s, "gpushare_gpu_energy_joules_total", gpu=gpu) for s in first]
+        assert energy[0] == energy[1] and energy[0] > 0, gpu
     assert value(series, "gpushare_gpu_power_watts", gpu="0") != value(series, "gpushare_gpu_power_watts", gpu="1")
 
 

@@ -191,13 +191,37 @@ def test_steady_state_poll_makes_only_needed_calls(install):
     expected = {
         "nvmlEventSetWait_v2": 1,  # drain: first answer is Timeout
         "nvmlDeviceGetMemoryInfo_v2": 1, "nvmlDeviceGetUtilizationRates": 1, "nvmlDeviceGetComputeMode": 1,
-        "nvmlDeviceGetPowerUsage": 1, "nvmlDeviceGetEnforcedPowerLimit": 1,
-        "nvmlDeviceGetTotalEnergyConsumption": 1, "nvmlDeviceGetTemperature": 1,
+        "nvmlDeviceGetPowerUsage": 1, "nvmlDeviceGetEnforcedPowerLimit": 1, "nvmlDeviceGetTemperature": 1,
         "nvmlDeviceGetClockInfo": 4, "nvmlDeviceGetCurrentClocksEventReasons": 1,
         "nvmlDeviceGetTotalEccErrors": 2, "nvmlDeviceGetComputeRunningProcesses_v3": 1,
-    }  # MIG mode (NotSupported), supported reasons, identity and GPM support are cached
+    }  # MIG mode (NotSupported), supported reasons, identity and GPM support are cached; the
+    # energy counter was read by the first poll, under ENERGY_READ_SECONDS ago
     assert {k: v for k, v in made.items() if v} == expected
     assert backend.calls_last_poll == sum(expected.values())
+
+
+def test_energy_is_read_every_ten_seconds_and_held_in_between(install):
+    """One energy read costs ~4 ms of CPU on a real H100: the counter is read when 10 s have
+    passed on the backend's clock and the last reading is exported in between."""
+    now = [1000.0]
+    gpu = FakeGpu()
+    lib = FakeNvmlLib([gpu])
+    backend = opened(lib, install, clock=lambda: now[0])
+
+    def poll():
+        before = lib.calls["nvmlDeviceGetTotalEnergyConsumption"]
+        joules = backend.poll().gpus[0].energy_joules
+        return joules, lib.calls["nvmlDeviceGetTotalEnergyConsumption"] - before
+
+    assert poll() == (gpu.energy_mj / 1000, 1)
+    gpu.energy_mj += 5_000
+    now[0] += 9.9
+    assert poll() == (12_345.678, 0)  # held: the reading of 9.9 s ago
+    now[0] += 0.1
+    assert poll() == (12_350.678, 1)
+    now[0] -= 60  # the clock stepped back: read again rather than hold for a minute
+    gpu.energy_mj += 1_000
+    assert poll() == (12_351.678, 1)
 
 
 def test_sharing_modes_from_process_count(install, tmp_path):

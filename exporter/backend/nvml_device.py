@@ -54,6 +54,9 @@ def _mw_to_w(value):
     return None if value is None else value / 1000.0
 
 
+# Seconds between reads of the energy counter (see GpuReader._energy_joules).
+ENERGY_READ_SECONDS = 10.0
+
 class GpuReader:
     """All state and logic to read physical GPU ``index``."""
 
@@ -80,6 +83,8 @@ class GpuReader:
         self.procs = ProcessReader(caller, procfs, identifier)
         self.gpm = GpmReader(caller)
         self.xid = XidReader(caller, clock)
+        self._clock = clock
+        self._energy_read: tuple[float, float | None] | None = None  # (clock then, joules)
         self.health = HealthReader(caller, clock)
         # Values another source (the DCGM backend) supplies for this GPU this poll, so they are
         # not read twice: "utilization", "power", "power_limit", "energy", "temperature",
@@ -221,6 +226,20 @@ class GpuReader:
         last = self.xid.last
         return DeviceHealth() if last is None else DeviceHealth(last_xid=last[0], last_xid_timestamp=last[1])
 
+    def _energy_joules(self, ctx: PollContext, h) -> float | None:
+        """The energy counter (J), read from the GPU at most every ENERGY_READ_SECONDS and the
+        last reading given in between: on an H100 (driver 580.159.04) one read costs about 4 ms
+        of CPU, however it is asked (its own call or a field value), half of a whole poll's CPU
+        (bench/real_gpu_cost.py). A counter up to 10 s old is what rate() over minutes needs;
+        DCGM samples it no more often by default."""
+        now = self._clock()
+        last = self._energy_read
+        if last is not None and 0 <= now - last[0] < ENERGY_READ_SECONDS:
+            return last[1]
+        joules = _mw_to_w(ctx.get("gpu", "nvmlDeviceGetTotalEnergyConsumption", h))
+        self._energy_read = (now, joules)
+        return joules
+
     def _sensors(self, ctx: PollContext, h, mig_mode: bool | None) -> dict:
         """Power (W), limit (W), energy (J), temperature (°C), clocks (Hz), reasons, ECC counts."""
         nv = self.nv
@@ -232,7 +251,7 @@ class GpuReader:
         out: dict = {
             "power_watts": _mw_to_w(read("power", "nvmlDeviceGetPowerUsage")),
             "power_limit_watts": _mw_to_w(read("power_limit", "nvmlDeviceGetEnforcedPowerLimit")),
-            "energy_joules": _mw_to_w(read("energy", "nvmlDeviceGetTotalEnergyConsumption")),
+            "energy_joules": None if "energy" in skip else self._energy_joules(ctx, h),
         }
         temp = read("temperature", "nvmlDeviceGetTemperature", nv.NVML_TEMPERATURE_GPU)
         out["temperature_celsius"] = None if temp is None else float(temp)
