@@ -11,9 +11,10 @@ through the real pipeline: simulator -> fake libnvidia-ml -> NvmlBackend (SimBac
 one poll every --interval virtual seconds, a fresh Foresight per episode. During the test
 phase the shipped contention rules (alerts/gpushare-memory.yml) are applied to each poll's
 forecast: pending while headroom < 0 (a whole GPU only when its sharing is mps or
-time_slicing), firing once pending for the rule's `for` (each tier's own), resolved when headroom >= 0 or the device row
+time_slicing), firing once pending for the rule's `for`, resolved when headroom >= 0 or the device row
 is gone. Both tiers are scored: warning (any negative headroom) and critical (the forecast's
-confidence at the rule's threshold as well). Truth is the simulator's OOM kills (reason "oom") in the test phase.
+confidence at the rule's threshold as well; its imminent rule also needs the ETA within its bound, with
+its own `for`). A tier with several rules pages while any of them fires: overlapping intervals count once. Truth is the simulator's OOM kills (reason "oom") in the test phase.
 
 --list prints the episodes' classes and exits; --verbose adds one row per episode (OOMs,
 alert intervals, lead) to find why a forecast missed; --json writes every figure. The same

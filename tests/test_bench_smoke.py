@@ -188,9 +188,10 @@ def test_foresight_accuracy_smoke_prints_the_table_with_ratios_in_range(tmp_path
             assert figures[ratio] is None or 0.0 <= figures[ratio] <= 1.0
         assert figures["false_per_100h"] is None or figures["false_per_100h"] >= 0
         assert figures["caught"] <= figures["incidents"] and figures["true_alerts"] <= figures["alerts"]
-    # the bench applies the shipped rules: the critical tier's shorter `for` included (alerts/gpushare-memory.yml)
+    # the bench applies every shipped rule of each tier: the critical tier's imminent one included (alerts/gpushare-memory.yml)
     assert [r["for_seconds"] for r in doc["rules"]["warning"]] == [30.0]
-    assert [(r["for_seconds"], r["confidence"]) for r in doc["rules"]["critical"]] == [(10.0, 0.8)]
+    assert [(r["for_seconds"], r["confidence"], r["eta_seconds"]) for r in doc["rules"]["critical"]] == [
+        (30.0, 0.8, None), (10.0, 0.9, 30.0)]
     parallel = _accuracy("--corpus", corpus, "--seed", seed, "--episodes", "3", "--verbose", "--jobs", "2")
     assert parallel.returncode == 0 and parallel.stdout == out.stdout  # deterministic whatever --jobs
 
