@@ -7,7 +7,6 @@ from dataclasses import replace
 from exporter.foresight import Foresight
 from exporter.foresight.confidence import (
     CRITICAL_CONFIDENCE,
-    MIN_MARGIN_SHARE,
     HOLD_DOWN_SECONDS,
     contention_confidence,
     grounding,
@@ -154,11 +153,9 @@ def test_a_peak_raised_by_a_running_run_but_never_seen_in_a_complete_one_does_no
     assert forecast.headroom_bytes < 0, "the raised peak is a predicted overflow (the warning tier)"
     assert peak_spread(states[0]) == 0.5
     assert contention_confidence(states, forecast) < CRITICAL_CONFIDENCE
-    # replicas on a profile whose complete run saw 16 GiB page; at 12.5 GiB, within MATCH_TOLERANCE
-    # of the 16 GiB their flat curve expects now (at 8 GiB they would wait for a rise whose time
-    # nothing says, confidence._behind)
+    # the same replicas on a profile whose complete run saw 16 GiB page
     seen = replace(raised, recent_peaks=(16 * GiB,))
-    states = [replace(s, profile=seen, used_bytes=int(12.5 * GiB)) for s in states]
+    states = [replace(s, profile=seen) for s in states]
     assert contention_confidence(states, forecast_device(states, 64 * GiB)) >= CRITICAL_CONFIDENCE
 
 
@@ -253,22 +250,3 @@ def test_a_server_that_gave_memory_back_is_not_counted_on_to_hold_its_high():
     waves = confidences_beside(load_waves)
     assert steady and waves, "both predict the overflow (the warning tier)"
     assert max(steady) >= CRITICAL_CONFIDENCE > max(waves)
-
-
-def test_a_rise_a_late_run_still_waits_for_does_not_page():
-    """Corpus 3's Triton server (bench/foresight_families3.py), learned from two runs. A replica past
-    the learned time of its last model load that still holds what it held before it is late for
-    that load: its curve expects the load at once (forecast._level_ratio), but when it comes is
-    unknown. An overflow that needs that load is a warning; the same replica on time, its load
-    still ahead at its learned time, overflowing the same device by the same bytes, pages. (Corpus 3
-    seed 2 episode 33 paged for 25 s on such a rise beside a declared CI job; nothing was killed.)"""
-    from test_foresight_forecast import _triton_replica
-
-    beside = ProcessState(2, 40 * GiB, 600.0)  # a co-tenant holding level, no profile
-    for age, pages in ((330.0, True), (430.0, False)):  # before its learned load at 402 s; past it
-        profile, replica = _triton_replica(age)
-        capacity = replica.used_bytes + beside.used_bytes + (profile.peak_bytes - replica.used_bytes) // 2
-        forecast = forecast_device([replica, beside], capacity, grace=5.0)
-        assert forecast.headroom_bytes < -MIN_MARGIN_SHARE * capacity  # the same clear overflow either way
-        confidence = contention_confidence([replica, beside], forecast, 5.0)
-        assert (confidence >= CRITICAL_CONFIDENCE) is pages, (age, confidence)

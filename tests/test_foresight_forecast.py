@@ -277,34 +277,29 @@ def _triton_memory(seed: int, size: int = 12 * GiB):
     return memory, duration, workload
 
 
-def _triton_replica(age: float):
-    """The Triton profile learned from two runs the way the foresight learns them, and a run of it
-    at ``age`` whose last load comes at 420 s (the learned one at 402 s), slowed 10 % by co-tenants."""
-    from exporter.foresight.basis import is_steady
-    from exporter.foresight.profiles import RunRecorder, learn_run
-    profile = None
-    for seed in (1, 2):  # two learning runs, learned the way the foresight learns them
-        memory, duration, _ = _triton_memory(seed)
-        run, seen = RunRecorder("triton", 1000.0 * seed, seen_from_start=True), 0.0
-        while seen < duration:
-            run.add(1000.0 * seed + seen, memory(seen))
-            seen += 5.0
-        profile = learn_run(profile, run, 1000.0 * seed + duration, False, 5.0)
-    memory, _, _ = _triton_memory(5)
-    late = lambda a: memory(a / 1.1)  # noqa: E731 - and co-tenants slow it by 10 %
-    state = placed(1, profile, late, age)
-    points = [(t, late(t)) for t in range(0, int(age) + 1, 5)]
-    return profile, ProcessState(state.pid, state.used_bytes, age, profile, state.position, state.slowdown,
-                                 "learned", steady=is_steady(points, state.used_bytes))
-
-
 def test_a_server_late_for_its_next_model_load_is_late_not_smaller():
     """Corpus 3 (seed 3, episode 30): Triton replicas whose model loads come +-10 % from run to
     run. A replica that is past the learned time of its last load and still holds what it held
     before it is waiting for that load: its curve keeps the learned peak. It used to be read as
     a run 30 % smaller for good, and the collision the replicas were heading to (paged 5 minutes
     ahead) was dropped 2 minutes before it came."""
-    profile, state = _triton_replica(430.0)  # past the learned load, before its own (462 s)
+    from exporter.foresight.basis import is_steady
+    from exporter.foresight.profiles import RunRecorder, learn_run
+    profile = None
+    for seed in (1, 2):  # two learning runs, learned the way the foresight learns them
+        memory, duration, _ = _triton_memory(seed)
+        run, age = RunRecorder("triton", 1000.0 * seed, seen_from_start=True), 0.0
+        while age < duration:
+            run.add(1000.0 * seed + age, memory(age))
+            age += 5.0
+        profile = learn_run(profile, run, 1000.0 * seed + duration, False, 5.0)
+    memory, _, workload = _triton_memory(5)  # its last load comes at 420 s, the learned one at 402 s
+    late = lambda a: memory(a / 1.1)  # noqa: E731 - and co-tenants slow it by 10 %
+    age = 430.0  # past the learned load, before its own (462 s)
+    state = placed(1, profile, late, age)
+    points = [(t, late(t)) for t in range(0, int(age) + 1, 5)]
+    state = ProcessState(state.pid, state.used_bytes, age, profile, state.position, state.slowdown, "learned",
+                         steady=is_steady(points, state.used_bytes))
     assert not is_clock(profile)  # peaks in its first fifth: read at its age, no landmark holds it back
     assert state.steady and state.used_bytes < profile.peak_bytes / 1.3  # waiting below its last load
     assert expected_peak(state) >= 0.97 * profile.peak_bytes

@@ -28,8 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from exporter.foresight.progress import is_clock
-from exporter.foresight.forecast import (HORIZON_SECONDS, MATCH_TOLERANCE, DeviceForecast, ProcessState, demand_profile,
-                                         process_curve)
+from exporter.foresight.forecast import HORIZON_SECONDS, DeviceForecast, ProcessState, demand_profile, process_curve
 
 GROUNDING = {"learned": 1.0, "scaled": 0.6, "declared": 0.6, "trend": 0.4, "current": 1.0}
 SINGLE_RUN = 0.85  # a profile learned from one run: a measurement, but of one run only
@@ -90,19 +89,6 @@ def _gives_back(state: ProcessState) -> int:
     it still holds that at a later collision. 0 for a learned run (its curve says when it falls)
     and for one that only grows or holds level (a leak)."""
     return 0 if state.profile is not None else state.swing_bytes
-
-
-def _behind(state: ProcessState, grace: float) -> bool:
-    """True when a learned run holds less than the level its curve expects of it now, by more
-    than runs of one workload differ (MATCH_TOLERANCE): it is late for a rise (a server's next
-    model load, a step a slower run has not reached), and forecast.process_curve expects that
-    rise at once. The rise is still to come, but nothing says when: like a declared size, it
-    says how much, not when."""
-    if state.profile is None or state.basis not in ("learned", "scaled"):
-        return False
-    steps, _ = process_curve(state, grace)
-    now = max((value for tau, value in steps if tau <= 0.0), default=state.used_bytes)
-    return now > MATCH_TOLERANCE * state.used_bytes
 
 
 def _changes(state: ProcessState, until: float, grace: float) -> bool:
@@ -177,8 +163,7 @@ def contention_confidence(states: Sequence[ProcessState], forecast: DeviceForeca
     # declared size is held from now on and a trend is a straight line: neither says when the
     # process reaches that memory, so a collision that needs any of their growth to happen at the
     # moment a learned co-tenant peaks is not likely either: their growth counts as ungrounded whole.
-    # So does a run behind its curve (_behind): its rise is expected at once, but may come any time.
-    when_unknown = {s.pid for s in states if s.basis in WHEN_UNKNOWN or _behind(s, grace)}
+    when_unknown = {s.pid for s in states if s.basis in WHEN_UNKNOWN}
     ungrounded = sum((1.0 if pid in when_unknown else 1.0 - weights[pid]) * g for pid, g in growth.items())
     if forecast.contention_in_seconds > grace:  # later than the next poll: what is held now may be gone by then
         ungrounded += sum(at.get(s.pid, 0) for s in states if _past_end(s))
