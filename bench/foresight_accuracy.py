@@ -91,7 +91,8 @@ DEFINITIONS = (
     "ceiling: incident time - the last co-tenant start before it (the most lead any forecast can give)",
     "learned: episodes where every workload ran alone on the same device first; first run: the others",
     "tiers: warning = the rule on any negative headroom; critical = only where the forecast's confidence reaches"
-    " the rule's threshold (docs/alerts.md); recall, precision, lead are per tier",
+    " the rule's threshold (its imminent rule: also an ETA within its bound, after a shorter `for`; docs/alerts.md);"
+    " recall, precision, lead are per tier",
 )
 
 
