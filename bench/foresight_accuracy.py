@@ -11,9 +11,10 @@ through the real pipeline: simulator -> fake libnvidia-ml -> NvmlBackend (SimBac
 one poll every --interval virtual seconds, a fresh Foresight per episode. During the test
 phase the shipped contention rules (alerts/gpushare-memory.yml) are applied to each poll's
 forecast: pending while headroom < 0 (a whole GPU only when its sharing is mps or
-time_slicing), firing once pending for 30 s, resolved when headroom >= 0 or the device row
+time_slicing), firing once pending for the rule's `for`, resolved when headroom >= 0 or the device row
 is gone. Both tiers are scored: warning (any negative headroom) and critical (the forecast's
-confidence at the rule's threshold as well). Truth is the simulator's OOM kills (reason "oom") in the test phase.
+confidence at the rule's threshold as well; its imminent rule also needs the ETA within its bound, with
+its own `for`). A tier with several rules pages while any of them fires: overlapping intervals count once. Truth is the simulator's OOM kills (reason "oom") in the test phase.
 
 --list prints the episodes' classes and exits; --verbose adds one row per episode (OOMs,
 alert intervals, lead) to find why a forecast missed; --json writes every figure. The same
@@ -31,6 +32,7 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -44,9 +46,18 @@ import foresight_corpus3  # noqa: E402
 
 CORPORA = {1: foresight_corpus, 2: foresight_corpus2, 3: foresight_corpus3}  # 2, 3: written independently, never tuned on
 
-def _shipped_rule(severity: str) -> tuple[float, float, float]:
-    """`for`, `keep_firing_for` (seconds) and confidence threshold (0 without one) of the shipped
-    GpuMemoryContentionPredicted rule of one severity."""
+class _Rule(NamedTuple):
+    """One shipped GpuMemoryContentionPredicted rule, as the bench applies it."""
+    for_seconds: float
+    keep_firing_seconds: float
+    confidence: float  # confidence it needs (0 without a confidence condition)
+    eta_seconds: float | None  # the contention must be at most this far ahead (None without an ETA condition)
+
+
+def _shipped_rules(severity: str) -> list[_Rule]:
+    """Every GpuMemoryContentionPredicted rule of one severity in alerts/gpushare-memory.yml: its `for`,
+    `keep_firing_for`, confidence threshold and ETA bound. A tier with several rules fires while any does
+    (same alert name and labels: one alert)."""
     import re
 
     import yaml
@@ -54,17 +65,20 @@ def _shipped_rule(severity: str) -> tuple[float, float, float]:
     from exporter.units import parse_duration
 
     rules = yaml.safe_load((ROOT / "alerts" / "gpushare-memory.yml").read_text())["groups"][0]["rules"]
-    rule = next(r for r in rules if r.get("alert") == "GpuMemoryContentionPredicted"
-                and r["labels"]["severity"] == severity)
-    threshold = re.search(r"confidence_ratio\s*>=\s*([0-9.]+)", rule["expr"])
-    return (parse_duration(rule.get("for", "0s")), parse_duration(rule.get("keep_firing_for", "0s")),
-            float(threshold.group(1)) if threshold else 0.0)
+    found = []
+    for rule in rules:
+        if rule.get("alert") != "GpuMemoryContentionPredicted" or rule["labels"]["severity"] != severity:
+            continue
+        threshold = re.search(r"confidence_ratio\s*>=\s*([0-9.]+)", rule["expr"])
+        eta = re.search(r"contention_eta_seconds\s*<=\s*([0-9.]+)", rule["expr"])
+        found.append(_Rule(parse_duration(rule.get("for", "0s")), parse_duration(rule.get("keep_firing_for", "0s")),
+                           float(threshold.group(1)) if threshold else 0.0, float(eta.group(1)) if eta else None))
+    return found
 
 
-# read from alerts/, so the bench follows the rules: every tier has the same `for` and keep_firing_for
-FOR_SECONDS, KEEP_FIRING_SECONDS, _ = _shipped_rule("warning")
-_, _, CRITICAL_CONFIDENCE = _shipped_rule("critical")
-TIERS = {"warning": 0.0, "critical": CRITICAL_CONFIDENCE}  # tier -> confidence it needs
+# read from alerts/, so the bench follows the rules
+TIERS = {tier: _shipped_rules(tier) for tier in ("warning", "critical")}  # tier -> its rules
+CRITICAL_CONFIDENCE = min(r.confidence for r in TIERS["critical"])
 INCIDENT_SECONDS = 60.0  # kills this close belong to one collision; an alert this soon before one was right
 GPU_SHARING = ("mps", "time_slicing")  # the GPU rule's gpushare_gpu_info{sharing=~...} filter
 GiB = 2**30
@@ -77,14 +91,16 @@ DEFINITIONS = (
     "ceiling: incident time - the last co-tenant start before it (the most lead any forecast can give)",
     "learned: episodes where every workload ran alone on the same device first; first run: the others",
     "tiers: warning = the rule on any negative headroom; critical = only where the forecast's confidence reaches"
-    " the rule's threshold (docs/alerts.md); recall, precision, lead are per tier",
+    " the rule's threshold (its imminent rule: also an ETA within its bound, after a shorter `for`; docs/alerts.md);"
+    " recall, precision, lead are per tier",
 )
 
 
 class _Alert:
-    """One tier of the rule, applied poll by poll: pending, firing (after `for`), kept firing."""
+    """One rule, applied poll by poll: pending, firing (after `for`), kept firing."""
 
-    def __init__(self) -> None:
+    def __init__(self, rule: _Rule) -> None:
+        self.rule = rule
         self.intervals: list[list] = []  # [start, end or None] of each firing interval
         self.pending = None
         self.last_true = 0.0  # last poll the alert's condition held
@@ -94,12 +110,12 @@ class _Alert:
         if condition:
             self.pending = t if self.pending is None else self.pending
             self.last_true = t
-            if t - self.pending >= FOR_SECONDS and not firing:
+            if t - self.pending >= self.rule.for_seconds and not firing:
                 self.intervals.append([t, None])
         else:
             self.pending = None
             # keep_firing_for: a firing alert stays up until the condition has been false that long
-            if firing and t - self.last_true >= KEEP_FIRING_SECONDS:
+            if firing and t - self.last_true >= self.rule.keep_firing_seconds:
                 self.intervals[-1][1] = t
 
 
@@ -108,7 +124,7 @@ def play(episode, interval: float, corpus: int = 1) -> dict:
     backend = SimBackend(CORPORA[corpus].to_scenario(episode))
     backend.open()
     foresight = Foresight()
-    alerts = {tier: _Alert() for tier in TIERS}
+    alerts = {tier: [_Alert(rule) for rule in rules] for tier, rules in TIERS.items()}
     trace: list[tuple[float, int | None]] = []  # (t, headroom) of the test device per test poll
     profiles_at_test = None
     try:
@@ -125,18 +141,38 @@ def play(episode, interval: float, corpus: int = 1) -> dict:
                         and (r.gi is not None or gpu.sharing in GPU_SHARING)]
                 headroom = min((r.forecast.headroom_bytes for r in rows), default=None)
                 trace.append((t, headroom))
-                for tier, needs in TIERS.items():  # getattr: code before the tiers has no confidence
-                    alerts[tier].step(t, any(r.forecast.headroom_bytes < 0 and (getattr(r, "confidence", None) or 0.0) >= needs
-                                             for r in rows))
+                for alert in (a for tier in alerts.values() for a in tier):
+                    alert.step(t, any(_holds(alert.rule, r) for r in rows))
             t += interval
         kills = sorted(e.time for e in backend.sim.oom_events
                        if e.reason == "oom" and e.gpu == 0 and e.time >= episode.test_start)
     finally:
         backend.close()
-    scored = {tier: _score(episode, a.intervals, kills, trace, profiles_at_test or 0) for tier, a in alerts.items()}
+    scored = {tier: _score(episode, _union(a.intervals for a in tier_alerts), kills, trace, profiles_at_test or 0)
+              for tier, tier_alerts in alerts.items()}
     result = scored["warning"]
     result["tiers"] = {tier: {"incidents": r["incidents"], "alerts": r["alerts"]} for tier, r in scored.items()}
     return result
+
+
+def _holds(rule: _Rule, row) -> bool:
+    """A rule's condition on one device row: negative headroom, its confidence and ETA conditions.
+    (getattr: code before the tiers has no confidence.)"""
+    eta = row.forecast.contention_in_seconds
+    return (row.forecast.headroom_bytes < 0 and (getattr(row, "confidence", None) or 0.0) >= rule.confidence
+            and (rule.eta_seconds is None or (eta is not None and eta <= rule.eta_seconds)))
+
+
+def _union(intervals) -> list[list]:
+    """Firing intervals of a tier's rules as one alert's: it fires while any rule fires (same name, same labels)."""
+    merged: list[list] = []
+    for start, end in sorted((list(i) for each in intervals for i in each), key=lambda i: i[0]):
+        if merged and (merged[-1][1] is None or start <= merged[-1][1]):
+            if merged[-1][1] is not None and (end is None or end > merged[-1][1]):
+                merged[-1][1] = end
+        else:
+            merged.append([start, end])
+    return merged
 
 
 def _score(episode, intervals: list[list], kills: list[float], trace, profiles: int) -> dict:
@@ -207,6 +243,12 @@ def _per100(value) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _describe(rule: _Rule) -> str:
+    return (f"`for` {rule.for_seconds:g} s, `keep_firing_for` {rule.keep_firing_seconds:g} s"
+            + (f", confidence >= {rule.confidence:g}" if rule.confidence else "")
+            + (f", ETA <= {rule.eta_seconds:g} s" if rule.eta_seconds is not None else ""))
+
+
 def report(results: list[dict], args) -> dict:
     """Print the summary and per-class tables; the same figures as a dict."""
     learned = [r for r in results if r["classes"]["first_run"] == "no"]
@@ -214,8 +256,8 @@ def report(results: list[dict], args) -> dict:
     based = [r for r in first if r["classes"]["learned"] != "never"]  # declared, learned elsewhere, trend
     never = [r for r in first if r["classes"]["learned"] == "never"]  # nothing to forecast from: the ceiling
     print(f"Foresight accuracy: corpus {args.corpus}, seed {args.seed}, {len(results)} episodes ({len(learned)} learned, "
-          f"{len(first)} first run), poll every {args.interval:g} s, alert `for` {FOR_SECONDS:g} s, `keep_firing_for` "
-          f"{KEEP_FIRING_SECONDS:g} s, critical at confidence >= {CRITICAL_CONFIDENCE:g}")
+          f"{len(first)} first run), poll every {args.interval:g} s; rules (alerts/gpushare-memory.yml): "
+          + "; ".join(f"{tier} {_describe(rule)}" for tier, rules in TIERS.items() for rule in rules))
     for line in DEFINITIONS:
         print(f"  {line}")
     out = {}
@@ -317,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
             print(verbose_row(r))
     if args.json:
         doc = {"corpus": args.corpus, "seed": args.seed, "episodes": args.episodes, "interval": args.interval,
-               "for_seconds": FOR_SECONDS, "keep_firing_seconds": KEEP_FIRING_SECONDS, "definitions": DEFINITIONS, **summary, "results": results}
+               "rules": {tier: [rule._asdict() for rule in rules] for tier, rules in TIERS.items()}, "definitions": DEFINITIONS, **summary, "results": results}
         Path(args.json).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     sys.stdout.flush()  # the wall time (stderr) comes after the tables
     print(f"wall time {time.monotonic() - began:.1f} s ({args.jobs} job{'s' if args.jobs > 1 else ''})",

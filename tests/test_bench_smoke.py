@@ -170,8 +170,8 @@ def _accuracy(*args: str) -> subprocess.CompletedProcess:
 # corpus 3's seed 1 starts with no learned collision (its third episode's collision is a first run)
 @pytest.mark.parametrize(("corpus", "seed"), [("1", "1"), ("2", "1"), ("3", "3")])
 def test_foresight_accuracy_smoke_prints_the_table_with_ratios_in_range(tmp_path, corpus, seed):
-    """Three episodes (one of them an OOM) end to end: both tiers' tables, sane figures, the same
-    bytes with 2 jobs; the critical tier never catches what the warning tier missed."""
+    """Three episodes (one of them an OOM) end to end: both tiers' tables, sane figures, the shipped
+    rules as the bench applies them, the same bytes with 2 jobs."""
     out = _accuracy("--corpus", corpus, "--seed", seed, "--episodes", "3", "--json", str(tmp_path / "a.json"), "--verbose")
     assert out.returncode == 0, out.stderr[-2000:]
     for line in (f"corpus {corpus}, seed {seed}", "critical tier", "warning tier", "recall (learned)", "precision (all)",
@@ -188,7 +188,10 @@ def test_foresight_accuracy_smoke_prints_the_table_with_ratios_in_range(tmp_path
             assert figures[ratio] is None or 0.0 <= figures[ratio] <= 1.0
         assert figures["false_per_100h"] is None or figures["false_per_100h"] >= 0
         assert figures["caught"] <= figures["incidents"] and figures["true_alerts"] <= figures["alerts"]
-    assert doc["critical"]["all"]["caught"] <= doc["warning"]["all"]["caught"]
+    # the bench applies every shipped rule of each tier: the critical tier's imminent one included (alerts/gpushare-memory.yml)
+    assert [r["for_seconds"] for r in doc["rules"]["warning"]] == [30.0]
+    assert [(r["for_seconds"], r["confidence"], r["eta_seconds"]) for r in doc["rules"]["critical"]] == [
+        (30.0, 0.8, None), (10.0, 0.9, 30.0)]
     parallel = _accuracy("--corpus", corpus, "--seed", seed, "--episodes", "3", "--verbose", "--jobs", "2")
     assert parallel.returncode == 0 and parallel.stdout == out.stdout  # deterministic whatever --jobs
 
