@@ -84,7 +84,7 @@ class _Batch:
 class _ReaderThread:
     """A daemon thread that reads the batches it is handed; never joined (a read may hang)."""
 
-    def __init__(self, pool: "ReadPool", number: int):
+    def __init__(self, pool: ReadPool, number: int):
         self.pool = pool
         self.batch: _Batch | None = None
         self._wake = threading.Event()
