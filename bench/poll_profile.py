@@ -7,7 +7,8 @@ cost apart from the exporter's.
 
 The exporter runs as ``exporter serve`` runs it (SimBackend + the serve poller: forecasts,
 transitions, HTTP self-metrics; ``--process-series pod``; pods and pod accounting wherever
-the scenario has pods), polled in this process one virtual second apart after a warm-up.
+the scenario has pods), polled in this process one virtual second apart after a warm-up,
+under the garbage collector's settings as serve sets them (perf.anatomy.serve_gc).
 
 Two passes over the same polls:
 
@@ -44,7 +45,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]
 
-from perf.anatomy import FakeLibTimer, _patched, _Span  # noqa: E402
+from perf.anatomy import FakeLibTimer, _patched, _Span, serve_gc  # noqa: E402
 
 ROOT = str(HERE.parent / "exporter") + os.sep
 
@@ -195,6 +196,12 @@ def build(scenario: str, at: float):
 
 
 def run(scenario: str, at: float, polls: int, warmup: int, top: int) -> dict:
+    """Both passes and the floor, under the garbage collector's settings as serve sets them."""
+    with serve_gc():
+        return _run(scenario, at, polls, warmup, top)
+
+
+def _run(scenario: str, at: float, polls: int, warmup: int, top: int) -> dict:
     from exporter import poller as poller_module
     from exporter.prerender import PrerenderPlan
 

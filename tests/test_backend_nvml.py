@@ -170,6 +170,32 @@ def test_hung_gpu_times_out_without_piling_up_threads(install):
     backend.close()
 
 
+def test_gpus_after_a_hung_one_are_read_in_the_same_poll(install):
+    """The GPUs of a poll are read on one reader thread: when GPU 1 of 3 hangs, GPU 2 is handed
+    to another reader and read in that poll; later polls read the others without re-queueing
+    the hung GPU, with no thread added; once the call returns every GPU is read again."""
+    lib = FakeNvmlLib([FakeGpu(uuid="GPU-aaaa"), FakeGpu(uuid="GPU-bbbb"), FakeGpu(uuid="GPU-cccc", power_mw=200_000)])
+    release = threading.Event()
+    lib.block[1] = release
+    backend = opened(lib, install, gpu_timeout=0.2)
+    threads_at_open = threading.active_count()
+    try:
+        first = backend.poll()
+        assert [(g.up, g.error) for g in first.gpus] == [(True, None), (False, "timeout"), (True, None)]
+        assert first.gpus[2].power_watts == pytest.approx(200.0)
+        for _ in range(3):
+            again = backend.poll()
+            assert [(g.up, g.error) for g in again.gpus] == [(True, None), (False, "timeout"), (True, None)]
+        assert threading.active_count() == threads_at_open
+    finally:
+        release.set()
+    assert backend._workers[1].done.wait(5)
+    del lib.block[1]
+    assert all(g.up for g in backend.poll().gpus)
+    assert threading.active_count() <= threads_at_open
+    backend.close()
+
+
 def test_xid_events_counted_cumulatively(install):
     """XIDs drained each poll add to per-code counts kept since start."""
     lib = FakeNvmlLib([FakeGpu(xids=[79, 48, 79])])

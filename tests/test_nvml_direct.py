@@ -8,7 +8,9 @@ entries, same field values, same exception classes, and the same outcomes at the
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
+import weakref
 
 import pynvml
 import pytest
@@ -119,6 +121,47 @@ def test_field_values_match_pynvml(simulated):
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         for _ in range(2):
             assert _fields(read(handle, ids)) == _fields(pynvml.nvmlDeviceGetFieldValues(handle, ids))
+
+
+def _samples(samples) -> list[tuple]:
+    return [(s.pid, s.timeStamp, s.smUtil, s.memUtil, s.encUtil, s.decUtil) for s in samples]
+
+
+def test_process_utilization_matches_pynvml(simulated):
+    """Every GPU and MIG device of the mixed node, from the start and from a recent time stamp,
+    asked twice (the kept array type is reused): the same samples as pynvml's, or the same error
+    (NotFound, or pynvml's NVMLError(0) when the probe finds nothing)."""
+    simulated(load_scenario(resolve_scenario("h100-mixed-node")), at=600.0)
+    read = direct_calls(pynvml)["nvmlDeviceGetProcessUtilization"]
+    compared = errors = 0
+    for handle in _devices():
+        for since in (0, 590 * 1_000_000, 2**63):
+            for _ in range(2):
+                mine = _outcome(read, handle, since)
+                theirs = _outcome(pynvml.nvmlDeviceGetProcessUtilization, handle, since)
+                if isinstance(theirs, list):
+                    assert _samples(mine) == _samples(theirs)
+                    compared += len(theirs)
+                else:
+                    assert mine == theirs
+                    errors += 1
+    assert compared > 20 and errors  # samples were really compared, and so were the errors
+
+
+def test_array_types_are_kept_between_calls(simulated):
+    """The ctypes array class a list is read into outlives the call (ctypes' own cache is weak: a
+    class made per call is left as cyclic garbage), and the next call of that size reuses it."""
+    simulated(load_scenario(resolve_scenario("h100-mixed-node")), at=600.0)
+    calls = direct_calls(pynvml)
+    read, listed = calls["nvmlDeviceGetProcessUtilization"], calls["nvmlDeviceGetComputeRunningProcesses"]
+    samples = [s for s in (_outcome(read, h, 0) for h in _devices()) if isinstance(s, list) and s]
+    kept = [weakref.ref(type(s[0]._b_base_)) for s in samples]
+    assert kept and listed(pynvml.nvmlDeviceGetHandleByIndex(1)) is not None
+    del samples
+    gc.collect()
+    assert all(ref() is not None for ref in kept)
+    again = [s for s in (_outcome(read, h, 0) for h in _devices()) if isinstance(s, list) and s]
+    assert {type(s[0]._b_base_) for s in again} <= {ref() for ref in kept}
 
 
 @pytest.fixture

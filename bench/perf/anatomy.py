@@ -17,7 +17,7 @@ import gc
 import threading
 import time
 from collections import Counter
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from statistics import median
 
@@ -113,6 +113,26 @@ def _patched(obj, name: str, replacement):
         setattr(obj, name, original)
 
 
+@contextmanager
+def serve_gc():
+    """The garbage collector's settings as ``exporter serve`` sets them (exporter.commands.serve.
+    settle_gc: start-up frozen, a higher generation-0 threshold), restored on the way out so the
+    rest of the bench process runs as before. A tree whose serve has no such settings keeps
+    Python's defaults, as it serves with them."""
+    try:
+        from exporter.commands.serve import settle_gc
+    except ImportError:
+        settle_gc = None
+    before = gc.get_threshold()
+    if settle_gc is not None:
+        settle_gc()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+
+
 def measure_polls(sim, poll, polls: int, advance=None, render_span: _Span | None = None,
                   api_counter=None) -> PollCost:
     """Run ``advance()`` then ``poll()``, ``polls`` times; the median of each figure.
@@ -186,8 +206,9 @@ def gpushare_polls(scenario_path, start_at: float, polls: int, warmup: int = 3):
         clock[0] += 1.0
         backend.step_to(clock[0])  # the poll advances the simulation to it
 
-    with _patched(poller_module, "render", render_span.wrap(poller_module.render)):
+    with _patched(poller_module, "render", render_span.wrap(poller_module.render)), ExitStack() as settings:
         poller = make_poller(backend, 1.0, Foresight())  # as serve runs it, forecasts included
+        settings.enter_context(serve_gc())  # where serve settles the collector: before it opens the backend
         backend.open()
         rss_before = _vm_rss_kib()
         try:

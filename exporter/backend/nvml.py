@@ -16,7 +16,7 @@ from typing import Callable
 from exporter.backend.nvml_caller import REPROBE_POLLS, NvmlCaller, _short_name
 from exporter.backend.nvml_device import GpuReader
 from exporter.backend.nvml_types import NA, SECTIONS, DeviceTag, GpuLostError, Missing, NvmlCallError
-from exporter.backend.nvml_worker import _GpuWorker
+from exporter.backend.nvml_worker import ReadPool, _GpuWorker
 from exporter.backend.procinfo import ProcFs
 from exporter.identity import Identifier
 from exporter.errors import NoGpuError
@@ -84,13 +84,13 @@ class NvmlUnavailable(NoGpuError):
 class NvmlBackend:
     """Polls every GPU through NVML into a Snapshot; see exporter.backend.base.Backend.
 
-    Each GPU is read by its own long-lived worker thread, one GPU after the other: the poll
-    hands GPU i to its worker and waits for it before handing over GPU i+1. One Python thread
-    runs at a time, so readers do not fight each other (and the HTTP loop) for the GIL; the
-    threads are there so that a hung driver call holds up only its own GPU. A GPU whose read
-    takes longer than ``gpu_timeout`` seconds is reported ``up=False, error="timeout"`` and
-    skipped while that read is still running, so reads never pile up; only the poll during
-    which it hung waits for it.
+    The GPUs are read one after the other on a long-lived reader thread (exporter.backend.
+    nvml_worker): the poll hands them over at once and waits for each in turn. One Python
+    thread runs at a time, so reads do not fight each other (and the HTTP loop) for the GIL;
+    the thread is there so that a hung driver call holds up only its own GPU: the GPUs after
+    it go to another reader. A GPU whose read takes longer than ``gpu_timeout`` seconds is
+    reported ``up=False, error="timeout"`` and skipped while that read is still running, so
+    reads never pile up; only the poll during which it hung waits for it.
 
     The NVML session survives what real nodes do (docs/scenarios.md, fault model): an
     nvmlInit that fails (driver not loaded yet, library/driver mismatch) is retried each poll
@@ -118,6 +118,7 @@ class NvmlBackend:
         self.driver_version = ""
         self.readers: list[GpuReader] = []
         self._workers: list[_GpuWorker] = []
+        self._pool: ReadPool | None = None
         self._open = False
         self._initialized = False  # an NVML session with its readers is up
         self._polls = 0
@@ -174,6 +175,7 @@ class NvmlBackend:
         for reader in self.readers:
             reader.adopt(old, same_order[reader.index] if same_order else None)
         self._workers = [_GpuWorker(reader) for reader in self.readers]
+        self._pool = ReadPool()
         self._initialized = True
         self._discovered_at = self._polls
         self._down = {}
@@ -181,8 +183,8 @@ class NvmlBackend:
         return None
 
     def _stop_session(self) -> None:
+        self._stop_pool()
         for worker in self._workers:
-            worker.stop()
             worker.reader.close()
         self._workers = []
         self._initialized = False
@@ -226,15 +228,23 @@ class NvmlBackend:
         self.caller.begin_poll()
         gpus: list[GpuInfo] = []
         failed: set[str] = set()
+        # A read still stuck from an earlier poll is not queued again.
+        queued = [worker for worker in self._workers if not worker.busy]
+        for worker in queued:
+            worker.queued()
+        batch = self._pool.start(queued) if queued else None
+        reading = set(queued)
         for worker in self._workers:
             result = None
-            if not worker.busy:  # a read still stuck from an earlier poll: do not queue another
-                worker.start_read()
+            if worker in reading:
                 if worker.done.wait(self.gpu_timeout):
                     result = worker.result  # None only if the reader itself failed (logged)
                 else:  # logged once, as the GPU going down (exporter.transitions)
                     log.debug("GPU %d: read took longer than %.1fs; reported down",
                               worker.reader.index, self.gpu_timeout)
+                    rest = batch.cut_rest()  # the GPUs not begun yet go to a reader that does not hang
+                    if rest:
+                        batch = self._pool.start(rest)
             info, sections = result or (worker.reader.down("timeout"), set(SECTIONS))
             gpus.append(info)
             failed |= sections
@@ -278,8 +288,8 @@ class NvmlBackend:
         if not self._open:
             return
         self._open = False
+        self._stop_pool()
         for worker in self._workers:
-            worker.stop()
             if not worker.busy:  # a hung read still owns its resources
                 worker.reader.close()
         self._workers = []
@@ -290,6 +300,11 @@ class NvmlBackend:
         if close_pods is not None:  # background watchers of the pod sources
             close_pods()
 
+    def _stop_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.stop()
+            self._pool = None
+
     def _shutdown(self) -> None:
         try:
             self._nv.nvmlShutdown()
@@ -298,4 +313,4 @@ class NvmlBackend:
 
 
 __all__ = ["NA", "Missing", "NvmlCallError", "GpuLostError", "DeviceTag", "NvmlCaller", "NvmlBackend",
-           "NvmlUnavailable", "_GpuWorker", "REPROBE_POLLS"]
+           "NvmlUnavailable", "_GpuWorker", "ReadPool", "REPROBE_POLLS"]

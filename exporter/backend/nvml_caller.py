@@ -11,8 +11,9 @@ Error policy of ``NvmlCaller.call``:
 - Errors that are normal control flow (NotFound for an empty MIG slot, Timeout for an empty
   event queue...) are declared with ``expect=`` and come back as Missing, uncounted.
 
-A few hot calls are made through exporter.backend.nvml_direct (the same C calls as pynvml's
-wrappers, without its per-field Python hooks); which function answers a name is settled once
+A few hot calls (process lists, field values, process utilization) are made through
+exporter.backend.nvml_direct (the same C calls as pynvml's wrappers, without its per-field
+Python hooks and per-call ctypes classes); which function answers a name is settled once
 per name. Every outcome above is the same either way.
 """
 

@@ -11,7 +11,10 @@ fields, through ctypes' own field descriptors (``object.__getattribute__`` reach
 the hook).
 Results have the shape pynvml gives: process entries with ``pid``, ``usedGpuMemory`` (None
 when NVML says not available), ``gpuInstanceId``, ``computeInstanceId``; field values as the
-filled ``c_nvmlFieldValue_t`` array.
+filled ``c_nvmlFieldValue_t`` array; process utilization as a list of the filled sample structs.
+The arrays of the variable-length lists are of classes kept from call to call
+(``_array_types``): pynvml makes a new ctypes class per call, which the garbage collector then
+has to find (docs/performance.md, "Poll, fourth pass").
 
 Should pynvml lack one of the pieces used here (another nvidia-ml-py), the call falls back to
 pynvml's own function: ``direct_calls`` leaves that name out.
@@ -20,6 +23,28 @@ pynvml's own function: ``direct_calls`` leaves that name out.
 from __future__ import annotations
 
 _get = object.__getattribute__  # a ctypes field read without pynvml's Python-level hook
+
+
+def _array_types(entry_type):
+    """``array_of(n)`` -> the ctypes class of ``n`` entries, kept alive from call to call.
+
+    ``entry_type * n`` makes a new class unless one is alive: ctypes' own cache holds only a
+    weak reference. Each poll's lists would then make a dozen classes (about 13 µs each) and
+    leave them as cyclic garbage (a class refers to itself), about 100 objects a poll for the
+    garbage collector. Counts follow the number of processes, so a few dozen sizes are kept
+    (all forgotten past 256: a node with that many distinct process counts is not a steady one).
+    """
+    kept: dict[int, type] = {}
+
+    def array_of(n: int):
+        array = kept.get(n)
+        if array is None:
+            if len(kept) >= 256:
+                kept.clear()
+            array = kept[n] = entry_type * n
+        return array
+
+    return array_of
 
 
 class ProcessEntry:
@@ -44,6 +69,7 @@ def _process_list(nv, symbol: str):
     success, insufficient = nv.NVML_SUCCESS, nv.NVML_ERROR_INSUFFICIENT_SIZE
     not_available = nv.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
     function_pointer = nv._nvmlGetFunctionPointer
+    array_of = _array_types(entry_type)
 
     def read(handle):
         try:
@@ -60,7 +86,7 @@ def _process_list(nv, symbol: str):
         if ret != insufficient:
             raise nv.NVMLError(ret)
         count.value = count.value * 2 + 5  # the margin pynvml gives for processes started since
-        entries = (entry_type * count.value)()
+        entries = array_of(count.value)()
         ret = fn(handle, byref(count), entries)
         if ret != success:
             raise nv.NVMLError(ret)
@@ -110,9 +136,32 @@ def _field_values(nv):
     return read
 
 
+def _process_utilization(nv):
+    """nvmlDeviceGetProcessUtilization(handle, last seen µs): pynvml's size probe, then the filled
+    sample structs (a list, as pynvml's slice of its array), read into an array class kept alive."""
+    c_uint, c_ulonglong, byref = nv.c_uint, nv.c_ulonglong, nv.byref
+    insufficient = nv.NVML_ERROR_INSUFFICIENT_SIZE
+    function_pointer, check = nv._nvmlGetFunctionPointer, nv._nvmlCheckReturn
+    array_of = _array_types(nv.c_nvmlProcessUtilizationSample_t)
+
+    def read(handle, time_stamp):
+        count = c_uint(0)
+        stamp = c_ulonglong(time_stamp)
+        fn = function_pointer("nvmlDeviceGetProcessUtilization")
+        ret = fn(handle, None, byref(count), stamp)
+        if ret != insufficient:
+            raise nv.NVMLError(ret)  # as pynvml: even NVML_SUCCESS (no sample) is raised
+        samples = array_of(count.value)()
+        check(fn(handle, samples, byref(count), stamp))
+        return samples[0:count.value]
+
+    return read
+
+
 _NEEDS = ("c_uint", "c_int32", "byref", "_nvmlGetFunctionPointer", "NVML_SUCCESS", "NVML_ERROR_INSUFFICIENT_SIZE",
           "NVML_VALUE_NOT_AVAILABLE_ulonglong", "NVMLError", "NVMLError_FunctionNotFound",
-          "NVMLLibraryMismatchError", "c_nvmlProcessInfo_v3_t", "c_nvmlFieldValue_t")
+          "NVMLLibraryMismatchError", "c_nvmlProcessInfo_v3_t", "c_nvmlFieldValue_t",
+          "c_ulonglong", "_nvmlCheckReturn", "c_nvmlProcessUtilizationSample_t")
 
 
 def direct_calls(nv) -> dict:
@@ -124,6 +173,7 @@ def direct_calls(nv) -> dict:
         "nvmlDeviceGetComputeRunningProcesses": _process_list(nv, "nvmlDeviceGetComputeRunningProcesses_v3"),
         "nvmlDeviceGetMPSComputeRunningProcesses": _process_list(nv, "nvmlDeviceGetMPSComputeRunningProcesses_v3"),
         "nvmlDeviceGetFieldValues": _field_values(nv),
+        "nvmlDeviceGetProcessUtilization": _process_utilization(nv),
     }
 
 

@@ -79,6 +79,7 @@ class HealthReader:
         self._value_members = _value_members(self.nv)  # NVML_VALUE_TYPE_* -> c_nvmlValue_t member
         # direction ("tx", "rx") -> (bytes, driver timestamp µs) of the last poll: the rate's base
         self._pcie_last: dict[str, tuple[int, int]] = {}
+        self._ids: dict[tuple[bool, int | None], tuple] = {}  # (own health fields?, links) -> field ids
 
     def reset(self) -> None:
         """Forget what belongs to a handle (a lost or reset GPU): read everything again."""
@@ -122,14 +123,16 @@ class HealthReader:
         """Memory temperature, PCIe replays and byte counters, clock-event (violation) times
         and NVLink data counters in one field-values call."""
         nv = self.nv
-        ids: list = [nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES]
-        if mine:
-            ids += [nv.NVML_FI_DEV_MEMORY_TEMP, nv.NVML_FI_DEV_PCIE_REPLAY_COUNTER, *self._violation_keys]
-        if self._links is None:
-            ids.append(nv.NVML_FI_DEV_NVLINK_LINK_COUNT)
-        links = self._links or 0
-        for link in range(links):
-            ids += [(nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link), (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link)]
+        ids = self._ids.get((mine, self._links))
+        if ids is None:  # the request depends only on these two: built once, not every poll
+            ids = [nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES]
+            if mine:
+                ids += [nv.NVML_FI_DEV_MEMORY_TEMP, nv.NVML_FI_DEV_PCIE_REPLAY_COUNTER, *self._violation_keys]
+            if self._links is None:
+                ids.append(nv.NVML_FI_DEV_NVLINK_LINK_COUNT)
+            for link in range(self._links or 0):
+                ids += [(nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link), (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link)]
+            ids = self._ids[(mine, self._links)] = tuple(ids)
         out: dict = {"_values": {}, "tx": {}, "rx": {}, "pcie": {}, "violations": {}}
         answer = ctx.raw("gpu", "nvmlDeviceGetFieldValues", h, ids)
         if answer is NA and self._links is None:
@@ -151,7 +154,8 @@ class HealthReader:
                 if fid == link_count:
                     self._links = 0  # NotSupported: a board without NVLink
                 continue
-            number = _number(members, entry)
+            # The value read as its valueType says (one dict lookup, not a chain of ifs).
+            number = getattr(field_of(entry, "value"), members.get(field_of(entry, "valueType"), "ullVal"))
             if fid == memory_temp:
                 out["_values"]["memory_temperature_celsius"] = float(number)
             elif fid == replays:
@@ -265,7 +269,3 @@ def _value_members(nv) -> dict[int, str]:
         members.setdefault(signed_int, "siVal")
     return members
 
-
-def _number(members: dict[int, str], entry):
-    """The value of one field value, read as its valueType says (one dict lookup, not a chain)."""
-    return getattr(field_of(entry, "value"), members.get(field_of(entry, "valueType"), "ullVal"))

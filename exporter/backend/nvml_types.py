@@ -178,8 +178,14 @@ def frozen_maker(cls):
     defaults = {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
     factories = tuple((f.name, f.default_factory) for f in fields if f.default_factory is not dataclasses.MISSING)
     new = object.__new__
+    count = len(names)
 
     def make(**values):
+        if len(values) == count and values.keys() <= names:
+            # Every field given (ProcessInfo, NvLink): nothing to fill in, half the time.
+            obj = new(cls)
+            obj.__dict__.update(values)
+            return obj
         if not values.keys() <= names:
             return cls(**values)
         state = dict(defaults)
