@@ -248,6 +248,12 @@ def test_energy_is_read_every_ten_seconds_and_held_in_between(install):
     now[0] -= 60  # the clock stepped back: read again rather than hold for a minute
     gpu.energy_mj += 1_000
     assert poll() == (12_351.678, 1)
+    now[0] += 10
+    lib.fail[("nvmlDeviceGetTotalEnergyConsumption", None)] = pynvml.NVML_ERROR_UNKNOWN
+    assert poll() == (None, 1)  # a failed read: absent, not the old reading
+    del lib.fail[("nvmlDeviceGetTotalEnergyConsumption", None)]
+    now[0] += 1
+    assert poll() == (12_351.678, 1)  # and asked again at the next poll
 
 
 def test_sharing_modes_from_process_count(install, tmp_path):

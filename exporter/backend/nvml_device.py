@@ -237,7 +237,8 @@ class GpuReader:
         if last is not None and 0 <= now - last[0] < ENERGY_READ_SECONDS:
             return last[1]
         joules = _mw_to_w(ctx.get("gpu", "nvmlDeviceGetTotalEnergyConsumption", h))
-        self._energy_read = (now, joules)
+        # A failed read is asked again next poll; the reading before it is too old to give.
+        self._energy_read = None if joules is None else (now, joules)
         return joules
 
     def _sensors(self, ctx: PollContext, h, mig_mode: bool | None) -> dict:
