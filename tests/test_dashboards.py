@@ -26,7 +26,7 @@ from dashboards import common, generate, lint
 from exporter.collectors import forecast
 from exporter.collectors.base import Spec
 from tests.conftest import REPO, SCENARIOS, require_binary
-from tests.promstack import Exporter, Prometheus, QueryError
+from tests.promstack import Exporter, Prometheus, QueryError, start_exporters, stop_all
 
 BOARDS = lint.load_dashboards(REPO / "dashboards" / "json")
 RULE_FILES = sorted((REPO / "alerts").glob("*.yml"))
@@ -368,12 +368,14 @@ def run(tmp_path_factory):
         wan_args = ["--state-dir", str(state_dir)]
     exporters: dict[str, Exporter] = {}
     try:
-        exporters["mixed"] = Exporter(SCENARIOS / SCENARIO_FILES["mixed"], speed=30, interval=0.5)
-        # Through DCGM: its A100 MIG instances get pipe activity (NVML's GPM has none before Hopper).
-        exporters["faults"] = Exporter(SCENARIOS / SCENARIO_FILES["faults"], speed=30, interval=0.5,
-                                       extra_args=["--gpu-timeout", "1", "--backend", "dcgm"])
-        # Pods sharing GPUs: feeds the per-namespace row.
-        exporters["k8s"] = Exporter(SCENARIOS / SCENARIO_FILES["k8s"], speed=30, interval=0.5)
+        # Started together (their start-ups overlap): the mixed node; the fault demo through DCGM, whose A100
+        # MIG instances get pipe activity (NVML's GPM has none before Hopper); pods sharing GPUs, which feed
+        # the per-namespace row.
+        exporters.update(zip(("mixed", "faults", "k8s"), start_exporters([
+            (SCENARIOS / SCENARIO_FILES["mixed"], {"speed": 30, "interval": 0.5}),
+            (SCENARIOS / SCENARIO_FILES["faults"], {"speed": 30, "interval": 0.5,
+                                                    "extra_args": ["--gpu-timeout", "1", "--backend", "dcgm"]}),
+            (SCENARIOS / SCENARIO_FILES["k8s"], {"speed": 30, "interval": 0.5})])))
         # Last, so that Prometheus sees the Wan story from its first simulated minute.
         exporters["wan"] = Exporter(SCENARIOS / SCENARIO_FILES["wan"], speed=30, interval=0.5, extra_args=wan_args)
         with Prometheus({"gpushare": [e.target for e in exporters.values()]}, rule_files=RULE_FILES) as prom:
@@ -388,8 +390,7 @@ def run(tmp_path_factory):
             evaluate(result)
             yield result
     finally:
-        for exporter in exporters.values():
-            exporter.stop()
+        stop_all(exporters.values())
 
 
 def panel_keys() -> set[tuple[str, str]]:
