@@ -145,7 +145,9 @@ exporters = Row("Exporters: are they up and current?", (
           minimum=0, maximum=1, thresholds=((1, "green"),), base_color="red", width=6, no_value=NO_EXPORTER,
           description="1 when Prometheus scraped the exporter last time."),
     Panel("Age of the last successful poll", "bargauge", "s",
-          (Query(f"time() - {sel('gpushare_exporter_last_poll_timestamp_seconds', scope=EXPORTER)}",
+          # clamp_min: a poll that finishes while Prometheus scrapes is stamped after the scrape's own
+          # timestamp, which an evaluation just after that scrape would show as a negative age.
+          (Query(f"clamp_min(time() - {sel('gpushare_exporter_last_poll_timestamp_seconds', scope=EXPORTER)}, 0)",
                  "{{instance}}"),),
           minimum=0, thresholds=((60, "orange"), (120, "red")), width=6, no_value=NO_EXPORTER,
           description="The exporter keeps serving its last poll; old means a stuck poller (GpushareExporterStale)."),

@@ -78,6 +78,7 @@ class _Process:
         self.dir = Path(tempfile.mkdtemp(prefix=f"gpushare-{self.name}-"))
         self.log = self.dir / "log.txt"
         self.proc: subprocess.Popen | None = None
+        self._terminated = False
 
     def _spawn(self, argv: Sequence[str], cwd: Path | None = None) -> None:
         with self.log.open("wb") as log:
@@ -95,17 +96,23 @@ class _Process:
                     return
             except OSError:
                 pass
-            time.sleep(0.1)
+            time.sleep(0.05)
         raise StackError(f"{self.name} not ready at {url} after {timeout:g}s: {_log_tail(self.log)}")
 
     def logs(self) -> str:
         """Everything the process wrote so far (stdout and stderr)."""
         return _log_tail(self.log, 1 << 20)
 
+    def terminate(self) -> None:
+        """Send SIGTERM once (stop_all sends it to several processes before waiting for each)."""
+        if self.proc is not None and not self._terminated:
+            self._terminated = True
+            self.proc.send_signal(signal.SIGTERM)
+
     def stop(self) -> None:
         """Stop the process (SIGTERM, then SIGKILL after 10 s) and remove its directory."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.terminate()
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -130,21 +137,29 @@ class Exporter(_Process):
     name = "exporter"
 
     def __init__(self, scenario: str | os.PathLike, *, speed: float = 30.0, interval: float = 0.5,
-                 extra_args: Sequence[str] = (), timeout: float = 30.0) -> None:
+                 extra_args: Sequence[str] = (), timeout: float = 30.0, port: int | None = None,
+                 wait: bool = True) -> None:
         super().__init__()
         self.scenario = Path(scenario)
-        self.port = free_port()
+        # A port chosen beforehand (free_port) lets Prometheus scrape the target before it listens.
+        self.port = free_port() if port is None else port
         self.target = f"127.0.0.1:{self.port}"
         self.url = f"http://{self.target}"
         self.argv = [sys.executable, "-m", "exporter", "serve", "--simulate", str(self.scenario),
                      "--speed", f"{speed:g}", "--interval", f"{interval:g}", "--listen", self.target,
                      *extra_args]
+        self.timeout = timeout
         try:
             self._spawn(self.argv, cwd=REPO)
-            self._wait_ready(self.url + "/health", timeout)
+            if wait:
+                self.wait_ready()
         except BaseException:
             self.stop()
             raise
+
+    def wait_ready(self) -> None:
+        """Wait until ``/health`` answers 200 (``wait=False`` started it without waiting)."""
+        self._wait_ready(self.url + "/health", self.timeout)
 
     def metrics(self) -> str:
         """The current /metrics page."""
@@ -155,8 +170,34 @@ class Exporter(_Process):
 
 
 def start_exporter(scenario: str | os.PathLike, **kwargs: Any) -> Exporter:
-    """Start an :class:`Exporter` (keyword arguments: speed, interval, extra_args, timeout)."""
+    """Start an :class:`Exporter` (keyword arguments: speed, interval, extra_args, timeout, port)."""
     return Exporter(scenario, **kwargs)
+
+
+def start_exporters(specs: Sequence[tuple[str | os.PathLike, Mapping[str, Any]]]) -> list[Exporter]:
+    """Start one :class:`Exporter` per ``(scenario, keyword arguments)``, all at once, then wait until each is
+    ready: their start-ups (imports, first poll) overlap instead of adding up. On any failure every one
+    started is stopped."""
+    exporters: list[Exporter] = []
+    try:
+        for scenario, kwargs in specs:
+            exporters.append(Exporter(scenario, **kwargs, wait=False))
+        for exporter in exporters:
+            exporter.wait_ready()
+    except BaseException:
+        stop_all(exporters)
+        raise
+    return exporters
+
+
+def stop_all(processes: Iterable[_Process]) -> None:
+    """Stop processes together: SIGTERM to every one first, then wait for each (as :meth:`_Process.stop`)."""
+    processes = list(processes)
+    for process in processes:
+        if process.proc is not None and process.proc.poll() is None:
+            process.terminate()
+    for process in processes:
+        process.stop()
 
 
 class Prometheus(_Process):
@@ -241,7 +282,7 @@ class Prometheus(_Process):
         """Loaded rule groups with their rules' health and state (``/api/v1/rules``)."""
         return self._api("rules", {})["groups"]
 
-    def wait_for(self, expr: str, timeout: float = 30.0, poll: float = 0.5) -> list[dict]:
+    def wait_for(self, expr: str, timeout: float = 30.0, poll: float = 0.1) -> list[dict]:
         """Query ``expr`` until it returns samples; the samples. Raises :class:`StackError` on timeout."""
         deadline = time.monotonic() + timeout
         while True:

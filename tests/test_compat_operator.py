@@ -76,10 +76,15 @@ def _stored(stack, honor: bool) -> list[dict]:
     return [s["metric"] for s in stack["honor" if honor else "plain"].query("DCGM_FI_DEV_FB_USED")]
 
 
+def _scraped_since(prom, since: float) -> None:
+    """Wait until Prometheus stored a scrape of the compat port that started after ``since`` (Unix time)."""
+    prom.wait_for(f"min(timestamp(DCGM_FI_DEV_FB_USED)) > {since:.3f}", timeout=30)
+
+
 def _between(stack, before: set[tuple[str, str]], stored: set[tuple[str, str]]) -> None:
     """Pods come and go while the scenario plays (a Job's pods every few simulated minutes, tens of
     seconds apart here): a pod stored at the last scrape was served before it or is still served
-    after it, and a pod served both 2 s before and after the query was alive at that scrape."""
+    after it, and a pod served both before that scrape and after the query was alive at it."""
     again = served_pods(stack["url"])
     assert before and again, "the scenario's pods hold GPUs: the compat port names them"
     assert before & again <= stored <= before | again, (stored, before, again)
@@ -93,7 +98,7 @@ def test_the_gpu_operator_monitor_finds_the_compat_port(stack):
 
 def test_without_honor_labels_the_workloads_arrive_as_exported_pod_as_with_dcgm_exporter(stack):
     before = served_pods(stack["url"])
-    time.sleep(2)  # at least one scrape (every 1 s) between `before` and what the query reads
+    _scraped_since(stack["plain"], time.time())  # a scrape between `before` and what the query reads
     series = _stored(stack, honor=False)
     stored = {(s["exported_namespace"], s["exported_pod"]) for s in series if "exported_pod" in s}
     _between(stack, before, stored)
@@ -102,7 +107,7 @@ def test_without_honor_labels_the_workloads_arrive_as_exported_pod_as_with_dcgm_
 
 def test_with_honor_labels_the_workloads_keep_pod_and_namespace(stack):
     before = served_pods(stack["url"])
-    time.sleep(2)  # at least one scrape (every 1 s) between `before` and what the query reads
+    _scraped_since(stack["honor"], time.time())  # a scrape between `before` and what the query reads
     series = _stored(stack, honor=True)
     assert not any("exported_pod" in s for s in series)
     _between(stack, before, {(s["namespace"], s["pod"]) for s in series if s.get("pod") != EXPORTER_POD})

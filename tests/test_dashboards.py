@@ -1,8 +1,9 @@
 """Grafana dashboards as code: committed JSON, importable shape, units, and every query proven on a real Prometheus.
 
-The end-to-end part runs four simulated exporters at 30x (the 8-GPU mixed H100 node, the
-Wan 2.2 MPS out-of-memory story, the fault demo through the DCGM backend, the Kubernetes node whose pods share GPUs) scraped every second by Debian's Prometheus
-with alerts/*.yml loaded, until the Wan scenario's OOM kill has been scraped (~20 s). Then
+The end-to-end part runs four simulated exporters (at 30x the 8-GPU mixed H100 node, the fault demo through
+the DCGM backend, the Kubernetes node whose pods share GPUs; at 60x the Wan 2.2 MPS out-of-memory story)
+scraped every second by Debian's Prometheus with alerts/*.yml loaded, until the Wan scenario's OOM kill has
+been scraped (~10 s after the Wan exporter starts). Then
 every panel's queries run through the HTTP API with the dashboard variables substituted as
 Grafana would: All, each exporter alone, and for the GPU detail dashboard each single GPU.
 """
@@ -26,7 +27,7 @@ from dashboards import common, generate, lint
 from exporter.collectors import forecast
 from exporter.collectors.base import Spec
 from tests.conftest import REPO, SCENARIOS, require_binary
-from tests.promstack import Exporter, Prometheus, QueryError
+from tests.promstack import Exporter, Prometheus, QueryError, free_port, start_exporters, stop_all
 
 BOARDS = lint.load_dashboards(REPO / "dashboards" / "json")
 RULE_FILES = sorted((REPO / "alerts").glob("*.yml"))
@@ -359,7 +360,8 @@ def serve_takes_state_dir() -> bool:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """Three simulated exporters at 30x and Prometheus with the alert rules, until the Wan OOM kill is scraped."""
+    """Four simulated exporters (three at 30x, the Wan story at 60x) and Prometheus with the alert rules, until
+    the Wan OOM kill is scraped."""
     require_binary("prometheus")
     wan_args: list[str] = []
     if serve_takes_state_dir():
@@ -367,19 +369,27 @@ def run(tmp_path_factory):
         seed_wan_profile(state_dir)
         wan_args = ["--state-dir", str(state_dir)]
     exporters: dict[str, Exporter] = {}
+    # Ports chosen now, so that Prometheus starts first (its first 5 s discovery ticks overlap the exporters'
+    # start-ups) and already scrapes the Wan target (finding it down) when that exporter starts: its first
+    # scrape then comes within a second of the exporter's first poll, and the Wan story can play at 60x (a poll
+    # every 15 simulated seconds, as the others at 30x) and still be seen from its first simulated minute.
+    ports = {name: free_port() for name in ("mixed", "faults", "k8s", "wan")}
+    targets = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
     try:
-        exporters["mixed"] = Exporter(SCENARIOS / SCENARIO_FILES["mixed"], speed=30, interval=0.5)
-        # Through DCGM: its A100 MIG instances get pipe activity (NVML's GPM has none before Hopper).
-        exporters["faults"] = Exporter(SCENARIOS / SCENARIO_FILES["faults"], speed=30, interval=0.5,
-                                       extra_args=["--gpu-timeout", "1", "--backend", "dcgm"])
-        # Pods sharing GPUs: feeds the per-namespace row.
-        exporters["k8s"] = Exporter(SCENARIOS / SCENARIO_FILES["k8s"], speed=30, interval=0.5)
-        # Last, so that Prometheus sees the Wan story from its first simulated minute.
-        exporters["wan"] = Exporter(SCENARIOS / SCENARIO_FILES["wan"], speed=30, interval=0.5, extra_args=wan_args)
-        with Prometheus({"gpushare": [e.target for e in exporters.values()]}, rule_files=RULE_FILES) as prom:
+        with Prometheus({"gpushare": list(targets.values())}, rule_files=RULE_FILES) as prom:
             start = time.time()
-            prom.wait_for(f'gpushare_simulation_oom_kills_total{{instance="{exporters["wan"].target}"}} > 0',
-                          timeout=90)
+            # Started together (their start-ups overlap): the mixed node; the fault demo through DCGM, whose A100
+            # MIG instances get pipe activity (NVML's GPM has none before Hopper); pods sharing GPUs, which feed
+            # the per-namespace row.
+            exporters.update(zip(("mixed", "faults", "k8s"), start_exporters([
+                (SCENARIOS / SCENARIO_FILES["mixed"], {"speed": 30, "interval": 0.5, "port": ports["mixed"]}),
+                (SCENARIOS / SCENARIO_FILES["faults"], {"speed": 30, "interval": 0.5, "port": ports["faults"],
+                                                        "extra_args": ["--gpu-timeout", "1", "--backend", "dcgm"]}),
+                (SCENARIOS / SCENARIO_FILES["k8s"], {"speed": 30, "interval": 0.5, "port": ports["k8s"]})])))
+            prom.wait_for(f'up{{instance="{targets["wan"]}"}}', timeout=60)  # the Wan target is scraped already
+            exporters["wan"] = Exporter(SCENARIOS / SCENARIO_FILES["wan"], speed=60, interval=0.25,
+                                        extra_args=wan_args, port=ports["wan"])
+            prom.wait_for(f'gpushare_simulation_oom_kills_total{{instance="{targets["wan"]}"}} > 0', timeout=90)
             time.sleep(3)  # a few more scrapes after the kill, so rates and increases see it
             # Families declared now, and every name scraped during the run (some exist only while predicted).
             families = {line.split()[2] for e in exporters.values() for line in e.metrics().splitlines()
@@ -388,8 +398,7 @@ def run(tmp_path_factory):
             evaluate(result)
             yield result
     finally:
-        for exporter in exporters.values():
-            exporter.stop()
+        stop_all(exporters.values())
 
 
 def panel_keys() -> set[tuple[str, str]]:
@@ -446,7 +455,7 @@ def sim_time_at(run: Run, scenario: str, at: float) -> float:
 @pytest.mark.e2e
 def test_values_are_plausible_for_the_unit_each_panel_shows(run):
     """Values fit the panel's unit: ratios in 0..1, bytes not MiB, hertz not MHz, watts not mW, sane Celsius
-    (counter rates aside: simulated counters run at 30x)."""
+    (counter rates aside: simulated counters run at 30x and 60x)."""
     # Simulated counters advance --speed times faster than the wall clock Prometheus rates them by.
     units = {(t.dashboard, t.panel, t.ref_id): t.unit for t in all_targets() if not lint.counter_arguments(t.expr)}
     by_unit: dict[str, list[tuple[tuple, float]]] = {}

@@ -57,9 +57,11 @@ def dashboard_queries(prom: Prometheus) -> list[tuple[str, str]]:
     return queries
 
 
-@pytest.fixture(params=["nvml", "dcgm"])
-def stack(request, tmp_path):
-    scenario = write_scenario(tmp_path, E2E_SCENARIO)
+@pytest.fixture(scope="module", params=["nvml", "dcgm"])
+def stack(request, tmp_path_factory):
+    """One exporter and one Prometheus per backend, shared by the tests below, which only query them (the
+    scenario plays 30 minutes at 10x, longer than the module runs)."""
+    scenario = write_scenario(tmp_path_factory.mktemp(f"compat-{request.param}"), E2E_SCENARIO)
     compat_port = free_port()
     args = ["--compat-listen", f"127.0.0.1:{compat_port}", "--backend", request.param]
     if request.param == "dcgm":

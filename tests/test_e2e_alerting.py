@@ -9,14 +9,15 @@ which every job starts JOBS_AT virtual seconds later, on an idle GPU: Prometheus
 scrape targets only on its 5 s discovery and scrape-reload ticks, and the jobs must not run
 unwatched meanwhile (in production the exporter is scraped long before jobs are submitted).
 
-Alert: Debian's Prometheus scrapes both every second and evaluates a copy of the shipped
-alerts/*.yml in which every `for:` is divided by SPEED (30 s virtual = 1 s real; the shipped
-files are unchanged), and sends to Debian's Alertmanager (group_wait/group_interval 1 s), which
+Alert: Debian's Prometheus scrapes both every half second (30 virtual s) and evaluates a copy of
+the shipped alerts/*.yml in which every `for:` is divided by SPEED (30 s virtual = 0.5 s real; the
+shipped files are unchanged and promtool checks them in test_alert_rules.py), and sends to Debian's
+Alertmanager (group_wait/group_interval 250 ms), which
 posts to a webhook served by this test. Everything listens on 127.0.0.1 (Alertmanager gossip off).
 
 Compared: the webhook's arrival time with the last exporter poll that still showed
 gpushare_simulation_oom_kills_total at 0 (the OOM came after it), on one clock (Unix time).
-Runs in about 45 s (most of it simulated time: 40 virtual minutes at 30x).
+Runs in about 30 s (most of it simulated time: 26 virtual minutes at 60x).
 """
 
 from __future__ import annotations
@@ -40,11 +41,12 @@ from exporter.foresight.workload import workload_label
 from exporter.sim.scenario import load_scenario
 from exporter.units import parse_duration
 from tests.conftest import REPO, SCENARIOS, require_binary
-from tests.promstack import Exporter, Prometheus, StackError, _Process, free_port
+from tests.promstack import Exporter, Prometheus, StackError, _Process, free_port, start_exporters, stop_all
 
-SPEED = 30.0  # virtual seconds per real second
-INTERVAL = 0.25  # real seconds between exporter polls: 7.5 virtual s, the spike lasts 30
-JOBS_AT = 360.0  # virtual seconds (12 s real) before the jobs start: over two 5 s Prometheus ticks
+SPEED = 60.0  # virtual seconds per real second
+INTERVAL = 0.125  # real seconds between exporter polls: 7.5 virtual s, the spike lasts 30
+SCRAPE = "500ms"  # Prometheus' scrape and evaluation interval: 30 virtual s
+JOBS_AT = 720.0  # virtual seconds (12 s real) before the jobs start: over two 5 s Prometheus ticks
 CONTENTION = {"GpuMemoryContentionPredicted", "MigMemoryContentionPredicted"}
 
 
@@ -132,7 +134,7 @@ class Alertmanager(_Process):
         self.port = free_port()
         self.target = f"127.0.0.1:{self.port}"
         config = {
-            "route": {"receiver": "test", "group_by": ["..."], "group_wait": "1s", "group_interval": "1s",
+            "route": {"receiver": "test", "group_by": ["..."], "group_wait": "250ms", "group_interval": "250ms",
                       "repeat_interval": "1h"},
             "receivers": [{"name": "test", "webhook_configs": [{"url": webhook_url, "send_resolved": False}]}],
         }
@@ -162,7 +164,7 @@ class AlertingPrometheus(Prometheus):
         self.targets_file = self.dir / "targets.json"
         self.set_targets([])
         config = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
+            "global": {"scrape_interval": SCRAPE, "evaluation_interval": SCRAPE, "scrape_timeout": SCRAPE},
             "rule_files": [str(p) for p in rule_files],
             "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]},
             "scrape_configs": [{"job_name": "gpushare",
@@ -258,25 +260,25 @@ def run(tmp_path_factory):
         stack.append(Alertmanager(webhook.url))
         prom = AlertingPrometheus(scaled_rule_files(tmp / "rules", SPEED), stack[0].target)
         stack.append(prom)
-        exporters = {}
-        for name, scenario in scenarios.items():
-            exporters[name] = Exporter(scenario, speed=SPEED, interval=INTERVAL,
-                                       extra_args=["--state-dir", str(tmp / name)])
-            stack.append(exporters[name])
+        started = start_exporters([(scenario, {"speed": SPEED, "interval": INTERVAL,
+                                               "extra_args": ["--state-dir", str(tmp / name)]})
+                                   for name, scenario in scenarios.items()])
+        exporters = dict(zip(scenarios, started))
+        stack.extend(started)
         prom.set_targets([e.target for e in exporters.values()])
         watches.update((name, PollWatch(e)) for name, e in exporters.items())
         prom.wait_for(f'count(up{{job="gpushare"}} == 1) == {len(exporters)}', timeout=JOBS_AT / SPEED)
         scraped_at = min(watch.virtual_now() for watch in watches.values())
         if scraped_at >= JOBS_AT:
             raise StackError(f"Prometheus first scraped at virtual t={scraped_at:.0f}s, after the jobs started")
-        # Until the staggered scenario ends: 150 virtual s (5 real s) after its last job, more than the
-        # shortened `for` (1 s) + scrape + evaluation + group_wait.
+        # Until the staggered scenario ends: 150 virtual s (2.5 real s) after its last job, more than the
+        # shortened `for` (0.5 s) + scrape + evaluation + group_wait.
         ends = load_scenario(scenarios["staggered"]).duration
         deadline = time.monotonic() + 120
         while watches["together"].oom_bracket() is None or watches["staggered"].virtual_now() < ends:
             if time.monotonic() > deadline:
                 raise StackError(f"run incomplete after 120 s: {[w.virtual_now() for w in watches.values()]}")
-            time.sleep(0.2)
+            time.sleep(0.1)
         for watch in watches.values():
             watch.stopped.set()  # the record ends here; Prometheus and the exporters stay up for the queries
         yield {"webhook": webhook, "prom": prom, "exporters": exporters, "watches": watches,
@@ -284,8 +286,7 @@ def run(tmp_path_factory):
     finally:
         for watch in watches.values():
             watch.stopped.set()
-        for process in reversed(stack):
-            process.stop()
+        stop_all(reversed(stack))
         webhook.close()
 
 
