@@ -263,61 +263,29 @@ def _run(scenario: str, at: float, polls: int, warmup: int, top: int) -> dict:
 
 
 def measure_floor(backend, snapshot, polls: int) -> dict:
-    """The minimum NVML calls for ``snapshot``'s metrics, each made once through pynvml: CPU per
-    poll, the fake driver's share apart (the floor of any Python exporter on this node)."""
+    """The minimum NVML calls for ``snapshot``'s metrics, each made once through pynvml with the
+    arguments an exporter passes (perf/floor.py): CPU per poll, the fake driver's share apart
+    (the floor of any Python exporter on this node)."""
     import pynvml
 
-    from perf.minimum import minimum_calls
+    from perf.floor import floor_plan
 
-    need = minimum_calls(snapshot)
-    handles = [pynvml.nvmlDeviceGetHandleByIndex(g.index) for g in snapshot.gpus if g.up]
-    plan = []
-    for name, count in need.items():
-        fn = getattr(pynvml, name, None)
-        if fn is None:
-            continue
-        plan.append((fn, count))
-
-    def one() -> int:
-        made = 0
-        for fn, count in plan:
-            for i in range(count):
-                try:
-                    fn(handles[i % len(handles)], *_args(fn))
-                except (pynvml.NVMLError, TypeError):
-                    pass
-                made += 1
-        return made
-
+    floor = floor_plan(pynvml, snapshot)
     timer = FakeLibTimer()
     timer.install()
     try:
         rows = []
         for _ in range(polls):
             t0, f0 = time.process_time(), timer.seconds
-            made = one()
+            floor.run(pynvml)
             rows.append((time.process_time() - t0, timer.seconds - f0))
     finally:
         timer.uninstall()
+        floor.close()
     total = statistics.median(r[0] for r in rows)
     driver = statistics.median(r[1] for r in rows)
-    return {"calls": made, "total": total, "driver": driver, "pynvml": max(0.0, total - driver)}
-
-
-def _args(fn) -> tuple:
-    """Extra arguments of the few minimum calls that take more than a handle."""
-    name = fn.__name__
-    if name in ("nvmlDeviceGetTemperature",):
-        return (0,)
-    if name in ("nvmlDeviceGetClockInfo",):
-        return (0,)
-    if name == "nvmlDeviceGetTotalEccErrors":
-        return (1, 1)
-    if name == "nvmlDeviceGetProcessUtilization":
-        return (0,)
-    if name == "nvmlEventSetWait_v2":
-        return ()
-    return ()
+    return {"calls": len(floor.calls), "unformed": floor.unformed, "total": total, "driver": driver,
+            "pynvml": max(0.0, total - driver)}
 
 
 def report(result: dict) -> None:
@@ -358,6 +326,8 @@ def report(result: dict) -> None:
           f"(fake driver {f['driver'] * ms:.2f}, pynvml {f['pynvml'] * ms:.2f}); exporter / floor(pynvml) = "
           f"{exporter_ms / (f['pynvml'] * ms):.1f}x, reads / floor(pynvml) = {t['reads'] / f['pynvml']:.1f}x"
           if f["pynvml"] else "  floor: (no calls)")
+    if f.get("unformed"):
+        print(f"  floor leaves out (arguments not formed): {', '.join(f['unformed'])}")
 
 
 def main(argv=None) -> int:

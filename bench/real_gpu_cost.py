@@ -7,7 +7,8 @@ On a host with an NVIDIA driver and GPU it prints:
    ``--polls`` after one warm-up, and its NVML calls per poll;
 2. the floor: the minimum NVML calls for the metrics that poll exported (bench/perf/minimum.py,
    the definition the simulated profile uses), each made once through pynvml against the real
-   driver, CPU per round, median of ``--polls`` rounds. On real hardware the driver's own CPU
+   driver with the arguments an exporter passes (bench/perf/floor.py), CPU per round, median of
+   ``--polls`` rounds. On real hardware the driver's own CPU
    cannot be told apart from pynvml's, so this floor includes both;
 3. the driver's share of that poll: every C function the poll calls (pynvml's and the exporter's
    direct calls alike) timed in its thread, so poll CPU minus driver CPU is the exporter's own
@@ -40,8 +41,7 @@ import pynvml  # noqa: E402
 
 from exporter.backend.nvml import NvmlBackend  # noqa: E402
 from exporter.errors import NoGpuError  # noqa: E402
-from perf.minimum import minimum_calls  # noqa: E402
-from poll_profile import _args as minimum_call_args  # noqa: E402
+from perf.floor import floor_plan  # noqa: E402
 
 PROG = "real_gpu_cost"
 
@@ -119,34 +119,19 @@ def timed_polls(backend: NvmlBackend, timer: DriverTimer, polls: int, pause: flo
     return medians, symbols, snapshot
 
 
-def floor_round(snapshot):
-    """A callable making the minimum NVML calls of ``snapshot`` once (errors are answers too),
-    and how many calls that is."""
-    handles = [pynvml.nvmlDeviceGetHandleByIndex(g.index) for g in snapshot.gpus if g.up]
-    plan = [(fn, count) for name, count in sorted(minimum_calls(snapshot).items())
-            if (fn := getattr(pynvml, name, None)) is not None]
-
-    def one() -> None:
-        for fn, count in plan:
-            for i in range(count):
-                try:
-                    fn(handles[i % len(handles)], *minimum_call_args(fn))
-                except (pynvml.NVMLError, TypeError):
-                    pass
-
-    return one, sum(count for _, count in plan)
-
-
 def timed_floor(snapshot, rounds: int, pause: float):
-    one, calls = floor_round(snapshot)
-    one()
-    cpu = []
-    for _ in range(rounds):
-        time.sleep(pause)
-        start = time.process_time()
-        one()
-        cpu.append(time.process_time() - start)
-    return statistics.median(cpu), calls
+    """(median CPU s of one round of the minimum calls, calls per round, calls not formed)."""
+    floor = floor_plan(pynvml, snapshot)
+    try:
+        cpu = []
+        for _ in range(rounds):
+            time.sleep(pause)
+            start = time.process_time()
+            floor.run(pynvml)
+            cpu.append(time.process_time() - start)
+    finally:
+        floor.close()
+    return statistics.median(cpu), len(floor.calls), floor.unformed
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -225,7 +210,7 @@ def main(argv=None) -> int:
         return 2
     try:
         poll, symbols, snapshot = timed_polls(backend, timer, max(1, args.polls), 0.1)
-        floor_cpu, floor_calls = timed_floor(snapshot, max(1, args.polls), 0.1)
+        floor_cpu, floor_calls, unformed = timed_floor(snapshot, max(1, args.polls), 0.1)
     finally:
         backend.close()
         timer.close()
@@ -240,6 +225,8 @@ def main(argv=None) -> int:
           f"own Python {(cpu - poll['driver']) * 1e3:.2f} ms")
     print(f"floor: {floor_calls} minimum NVML calls through pynvml and the driver: {floor_cpu * 1e3:.2f} ms CPU; "
           f"poll / floor = {cpu / floor_cpu:.2f}x" if floor_cpu > 0 else "floor: no CPU measured")
+    if unformed:
+        print(f"floor leaves out (arguments not formed): {', '.join(unformed)}")
     print("driver CPU per poll by C function (mean of the timed polls):")
     for name, (seconds, calls) in sorted(symbols.items(), key=lambda kv: (-kv[1][0], kv[0]))[:args.top]:
         print(f"  {name:48s} {seconds * 1e3:7.3f} ms  {calls:5.1f} calls  {seconds / calls * 1e6:8.1f} us/call")
