@@ -2,6 +2,7 @@
 
     python bench/dcgm_bench.py            # 4 scenarios, 20 measured polls each (~1 minute)
     python bench/dcgm_bench.py --smoke    # 1 scenario, 3 polls (the smoke test)
+    python bench/dcgm_bench.py --only a100-40gb --only a30   # the one-GPU MIG nodes only
 
 Both backends run in this process on the same simulated host (fake libnvidia-ml, and for
 DCGM the simulated host engine and fake bindings), polled as ``exporter serve`` polls
@@ -237,6 +238,8 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true", help="one scenario, three polls (harness check)")
     parser.add_argument("--polls", type=int, default=20, help="measured polls per scenario and backend")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    parser.add_argument("--only", metavar="TEXT", action="append",
+                        help="only the scenarios whose label contains TEXT (repeatable), e.g. --only a100-40gb --only a30")
     parser.add_argument("--decode", action="store_true",
                         help="also time decoding one poll's DCGM values: value by value vs batched")
     args = parser.parse_args(argv)
@@ -247,6 +250,8 @@ def main(argv=None) -> int:
         cases += [("a30-mig-dcgm@240s", SCENARIOS / "a30-mig-dcgm.yaml", 240.0),
                   ("h100-mixed-node@600s", SCENARIOS / "h100-mixed-node.yaml", 600.0),
                   ("8xA100 7x1g MIG", a100_node(tmp), 60.0)]
+    if args.only:
+        cases = [case for case in cases if any(text in case[0] for text in args.only)]
     polls = 3 if args.smoke else args.polls
     rows = []
     for label, path, start_at in cases:

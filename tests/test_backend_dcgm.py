@@ -164,7 +164,8 @@ def test_merge_copies_equal_dataclasses_replace(tmp_path):
         run.close()
     gpu = snapshot.gpus[0]
     objects = [(snapshot, {"backend": "x", "gpus": ()}), (gpu, {"dcgm_gpu_id": 7, "power_watts": 1.5}),
-               (gpu.health, {"pcie_replay_errors": 3}), (gpu.mig_instances[0], {"profile": "7g.80gb"})]
+               (gpu.health, {"pcie_replay_errors": 3}), (gpu.mig_instances[0], {"profile": "7g.80gb"}),
+               (gpu.mig_instances[0].activity, {"sm_active": 0.25, "dram_active": 0.0})]
     for obj, changes in objects:
         copy = replace(obj, **changes)
         assert copy == dataclasses.replace(obj, **changes) and copy is not obj and type(copy) is type(obj)
@@ -182,3 +183,11 @@ def test_merge_copies_equal_dataclasses_replace(tmp_path):
 
     with pytest.raises(ValueError):
         replace(Checked(0.5), ratio=2.0)  # __post_init__ still runs
+
+    @dataclasses.dataclass(frozen=True)
+    class Cached:
+        ratio: float
+
+    cached = Cached(0.5)
+    object.__setattr__(cached, "memo", "kept by a cached property")
+    assert replace(cached, ratio=0.25) == Cached(0.25) and "memo" not in vars(replace(cached, ratio=0.25))

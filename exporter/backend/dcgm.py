@@ -22,11 +22,13 @@ import time
 from exporter.backend.dcgm_bindings import Bindings
 from exporter.backend.dcgm_session import DcgmAddress, DcgmSession
 from exporter.backend.dcgm_source import DcgmReading, DcgmSource, NvmlView
-from exporter.backend.dcgm_values import DEVICE_PROVIDES, PROFILING_PROVIDES, activity, device_values
-from exporter.snapshot import GpuInfo, Snapshot
+from exporter.backend.dcgm_values import DEVICE_PROVIDES, PROFILING_PROVIDES, activity_values, device_values
+from exporter.snapshot import Activity, GpuInfo, Snapshot
 
 log = logging.getLogger(__name__)
 _PLAIN: dict[type, bool] = {}  # dataclass -> copied without its __init__ (see replace)
+_NONE: dict = {}  # no values (read only)
+_NO_ACTIVITY = Activity()  # the Activity each poll's ones are copied from (see replace)
 
 
 def replace(obj, **changes):
@@ -46,7 +48,8 @@ def replace(obj, **changes):
                                and not hasattr(cls, "__slots__")
                                and all(f.init for f in dataclasses.fields(cls)))
     known = cls.__dataclass_fields__.keys() if plain else ()
-    if not plain or not changes.keys() <= known or obj.__dict__.keys() != known:  # e.g. a cached attribute
+    # __init__ set every field and a frozen instance loses none: anything more is e.g. a cached attribute
+    if not plain or not changes.keys() <= known or len(obj.__dict__) != len(known):
         return dataclasses.replace(obj, **changes)
     new = object.__new__(cls)
     attributes = new.__dict__
@@ -117,17 +120,16 @@ class DcgmBackend:
             return replace(gpu, **changes)
         device = reading.device.get(gpu.index)
         if device is not None:
-            parts = device_values({fid: r.value for fid, r in device.items()})
+            parts = device_values(device)
             changes.update(parts["values"])
             changes["clocks_hertz"] = {**gpu.clocks_hertz, **parts["clocks"]}
             changes["ecc_errors"] = parts["ecc"]
             changes["health"] = replace(gpu.health, **parts["health"])
         if gpu.index in reading.profiled:
-            values = reading.profiling.get((gpu.index, None), {})
-            changes["activity"] = activity({fid: r.value for fid, r in values.items()})
+            profiling = reading.profiling
+            changes["activity"] = replace(_NO_ACTIVITY, **activity_values(profiling.get((gpu.index, None), _NONE)))
             changes["mig_instances"] = tuple(
-                replace(inst, activity=activity(
-                    {fid: r.value for fid, r in reading.profiling.get((gpu.index, inst.gi), {}).items()}))
+                replace(inst, activity=replace(_NO_ACTIVITY, **activity_values(profiling.get((gpu.index, inst.gi), _NONE))))
                 for inst in gpu.mig_instances)
         return replace(gpu, **changes)
 

@@ -27,7 +27,7 @@ from exporter.backend.dcgm_caller import (
 )
 from exporter.backend.dcgm_session import DcgmAddress, DcgmSession
 from exporter.backend.dcgm_status import SourceLog, reason_for, single_pass_candidates
-from exporter.backend.dcgm_values import FIELD_LABELS, Reading
+from exporter.backend.dcgm_values import FIELD_LABELS
 from exporter.snapshot import SourceStatus
 
 log = logging.getLogger(__name__)
@@ -57,8 +57,11 @@ class NvmlView:
 class DcgmReading:
     """One poll's DCGM values, and which GPUs they cover."""
 
-    device: dict[int, dict[int, Reading]] = field(default_factory=dict)  # index -> field -> value
-    profiling: dict[tuple[int, int | None], dict[int, Reading]] = field(default_factory=dict)
+    device: dict[int, dict[int, object]] = field(default_factory=dict)  # index -> field -> value or None
+    profiling: dict[tuple[int, int | None], dict[int, object]] = field(default_factory=dict)  # (index, GI id)
+    # The same keys -> {field: DCGM_ST_*}, only where a value failed (its value above is None).
+    device_status: dict[int, dict[int, int]] = field(default_factory=dict)
+    profiling_status: dict[tuple[int, int | None], dict[int, int]] = field(default_factory=dict)
     profiled: frozenset[int] = frozenset()  # GPUs whose activity (GPU and instances) DCGM gives
     sources: dict[str, SourceStatus] = field(default_factory=dict)
     value_errors: list[tuple[str, str, str]] = field(default_factory=list)  # (section, call, error)
@@ -231,26 +234,31 @@ class DcgmSource:
 
     def _values(self) -> DcgmReading:
         session = self.session
-        reading = DcgmReading(device=session.read_device(), profiling=session.read_profiling())
-        for index, values in reading.device.items():
-            self._check(values, "gpu", reading)
-        for (index, gi), values in reading.profiling.items():
-            self._check(values, "gpu" if gi is None else "mig", reading)
+        device, device_status = session.read_device()
+        profiling, profiling_status = session.read_profiling()
+        reading = DcgmReading(device=device, profiling=profiling, device_status=device_status,
+                              profiling_status=profiling_status)
+        for index, statuses in device_status.items():
+            self._check(statuses, "gpu", reading)
+        for (index, gi), statuses in profiling_status.items():
+            self._check(statuses, "gpu" if gi is None else "mig", reading)
+        blank_counts = self._blank
         for index in session.profiling:
-            gpu_values = reading.profiling.get((index, None), {})
-            blank = bool(gpu_values) and all(r.value is None and r.status == 0 for r in gpu_values.values())
-            self._blank[index] = self._blank.get(index, 0) + 1 if blank else 0
+            gpu_values = profiling.get((index, None))
+            blank = bool(gpu_values) and (index, None) not in profiling_status and all(
+                value is None for value in gpu_values.values())
+            blank_counts[index] = blank_counts.get(index, 0) + 1 if blank else 0
         reading.profiled = frozenset(session.profiling)
         return reading
 
-    def _check(self, values: dict[int, Reading], section: str, reading: DcgmReading) -> None:
-        for fid, r in values.items():
-            if r.status in (0, NO_DATA, NOT_SUPPORTED):
+    def _check(self, statuses: dict[int, int], section: str, reading: DcgmReading) -> None:
+        for fid, status in statuses.items():
+            if status in (0, NO_DATA, NOT_SUPPORTED):
                 continue  # NOT_SUPPORTED: this board has no such reading (absent, not an error)
-            if r.status == NOT_WATCHED:
+            if status == NOT_WATCHED:
                 self._mapped = False  # the engine forgot our watches (restarted): make them again
                 continue
-            error = self._status_name(r.status)
+            error = self._status_name(status)
             label = FIELD_LABELS.get(fid, f"dcgm:{fid}")
             reading.value_errors.append((section, label, error))
             self.errors[(label, error)] = self.errors.get((label, error), 0) + 1

@@ -159,20 +159,40 @@ class Decoder:
         cached = self._layouts.get(cls, False)
         if cached is not False:
             return cached
-        parts = [_field(cls, name) for name in ("entityGroupId", "entityId", "fieldId", "fieldType", "status")]
-        value = _field(cls, "value")
-        i64 = dbl = None
-        if value is not None:
-            i64, dbl = _field(value[2], "i64"), _field(value[2], "dbl")
+        parts = layout_parts(cls)
         layout = None
-        if None not in parts and i64 is not None and dbl is not None:
-            size = ctypes.sizeof(cls)
-            numbers = _struct(parts + [(value[0] + i64[0], i64[1], i64[2])], size)
-            doubles = _struct([(value[0] + dbl[0], dbl[1], dbl[2])], size)
+        if parts is not None:
+            numbers = record_struct(parts["meta"] + [parts["i64"]], ctypes.sizeof(cls), 1)
+            doubles = record_struct([parts["dbl"]], ctypes.sizeof(cls), 1)
             if numbers is not None and doubles is not None:
                 layout = (numbers, doubles)
         self._layouts[cls] = layout
         return layout
+
+
+def layout_parts(cls) -> dict | None:
+    """(offset, size, ctypes type) of a c_dcgmFieldValue's members: "meta" (entityGroupId,
+    entityId, fieldId, fieldType, status, in that order), "i64" and "dbl" (value.i64,
+    value.dbl); None unless every one is a plain ctypes field."""
+    meta = [_field(cls, name) for name in ("entityGroupId", "entityId", "fieldId", "fieldType", "status")]
+    value = _field(cls, "value")
+    if None in meta or value is None:
+        return None
+    i64, dbl = _field(value[2], "i64"), _field(value[2], "dbl")
+    if i64 is None or dbl is None:
+        return None
+    return {"meta": meta, "i64": (value[0] + i64[0], i64[1], i64[2]), "dbl": (value[0] + dbl[0], dbl[1], dbl[2])}
+
+
+def record_struct(parts: list, size: int, count: int, per_record: bool = False) -> struct.Struct | None:
+    """A struct reading ``parts`` ((offset, size, ctypes type) within a record) out of each of
+    ``count`` records of ``size`` bytes side by side (a ctypes array), in record order; with
+    ``per_record``, ``parts`` holds one such list per record. None where _struct says so."""
+    flat = []
+    for n in range(count):
+        for offset, width, ctype in (parts[n] if per_record else parts):
+            flat.append((n * size + offset, width, ctype))
+    return _struct(flat, count * size)
 
 
 def _put(out: dict, entity: tuple[int, int], fid: int, reading: Reading) -> None:
@@ -283,5 +303,21 @@ def health_values(values: Mapping[int, object | None]) -> dict:
 
 def activity(values: Mapping[int, object | None]) -> Activity:
     """Activity from profiling field values; ratios clamped to 0..1 (DCGM can overshoot a little)."""
-    return Activity(**{pipe: min(1.0, max(0.0, float(values[fid])))
-                       for fid, pipe in PROFILING_FIELDS.items() if values.get(fid) is not None})
+    return Activity(**activity_values(values))
+
+
+_PROFILING_ITEMS = tuple(PROFILING_FIELDS.items())
+
+
+def activity_values(values: Mapping[int, object | None]) -> dict:
+    """Activity keyword values from profiling field values, clamped to 0..1 (absent: left out).
+
+    min(1.0, max(0.0, v)) for every value; the test in front only skips those calls where
+    they return v itself (0 < v <= 1), so 0.0, -0.0 and NaN come out as they did."""
+    out = {}
+    for fid, pipe in _PROFILING_ITEMS:
+        value = values.get(fid)
+        if value is not None:
+            value = float(value)
+            out[pipe] = value if 0.0 < value <= 1.0 else min(1.0, max(0.0, value))
+    return out
