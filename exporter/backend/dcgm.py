@@ -29,6 +29,10 @@ log = logging.getLogger(__name__)
 _PLAIN: dict[type, bool] = {}  # dataclass -> copied without its __init__ (see replace)
 _NONE: dict = {}  # no values (read only)
 _NO_ACTIVITY = Activity()  # the Activity each poll's ones are copied from (see replace)
+# (device fields from DCGM, activity from DCGM) -> what the GPU's NVML reader leaves out
+_PROVIDES = {(device, profiled): frozenset((DEVICE_PROVIDES if device else frozenset())
+                                           | (PROFILING_PROVIDES if profiled else frozenset()))
+             for device in (False, True) for profiled in (False, True)}
 
 
 def replace(obj, **changes):
@@ -85,12 +89,7 @@ class DcgmBackend:
         started = time.monotonic()
         reading = self.source.read()
         for reader in self.nvml.readers:
-            provided = frozenset()
-            if reader.index in reading.device:
-                provided |= DEVICE_PROVIDES
-            if reader.index in reading.profiled:
-                provided |= PROFILING_PROVIDES
-            reader.provided = provided
+            reader.provided = _PROVIDES[reader.index in reading.device, reader.index in reading.profiled]
         snapshot = self.nvml.poll()
         self.source.observe(NvmlView(
             uuids={g.uuid: g.index for g in snapshot.gpus if g.uuid},
