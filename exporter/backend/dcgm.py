@@ -22,17 +22,49 @@ import time
 from exporter.backend.dcgm_bindings import Bindings
 from exporter.backend.dcgm_session import DcgmAddress, DcgmSession
 from exporter.backend.dcgm_source import DcgmReading, DcgmSource, NvmlView
-from exporter.backend.dcgm_values import DEVICE_PROVIDES, PROFILING_PROVIDES, activity_values, device_values
+from exporter.backend.dcgm_values import (
+    DEVICE_PROVIDES, PROFILING_FIELDS, PROFILING_PROVIDES, activity_values, device_values,
+)
 from exporter.snapshot import Activity, GpuInfo, Snapshot
 
 log = logging.getLogger(__name__)
 _PLAIN: dict[type, bool] = {}  # dataclass -> copied without its __init__ (see replace)
 _NONE: dict = {}  # no values (read only)
+_new_object = object.__new__
 _NO_ACTIVITY = Activity()  # the Activity each poll's ones are copied from (see replace)
+_PROFILING_ITEMS = tuple(PROFILING_FIELDS.items())
+
+
+def activity(values) -> Activity:
+    """``Activity(**activity_values(values))``, built as replace() copies (a poll makes one per GPU
+    and GPU instance: 57 on an 8x A100 all-1g node), same clamping (dcgm_values.activity_values)."""
+    if not _is_plain(Activity):
+        return Activity(**activity_values(values))
+    new = _new_object(Activity)
+    attributes = new.__dict__
+    attributes.update(_NO_ACTIVITY.__dict__)
+    for fid, pipe in _PROFILING_ITEMS:
+        value = values.get(fid)
+        if value is not None:
+            value = float(value)
+            attributes[pipe] = value if 0.0 < value <= 1.0 else min(1.0, max(0.0, value))
+    return new
+
+
 # (device fields from DCGM, activity from DCGM) -> what the GPU's NVML reader leaves out
 _PROVIDES = {(device, profiled): frozenset((DEVICE_PROVIDES if device else frozenset())
                                            | (PROFILING_PROVIDES if profiled else frozenset()))
              for device in (False, True) for profiled in (False, True)}
+
+
+def _is_plain(cls) -> bool:
+    """A dataclass whose __init__ only sets its fields (see replace)."""
+    plain = _PLAIN.get(cls)
+    if plain is None:
+        plain = _PLAIN[cls] = (dataclasses.is_dataclass(cls) and not hasattr(cls, "__post_init__")
+                               and not hasattr(cls, "__slots__")
+                               and all(f.init for f in dataclasses.fields(cls)))
+    return plain
 
 
 def replace(obj, **changes):
@@ -48,9 +80,7 @@ def replace(obj, **changes):
     cls = type(obj)
     plain = _PLAIN.get(cls)
     if plain is None:
-        plain = _PLAIN[cls] = (dataclasses.is_dataclass(cls) and not hasattr(cls, "__post_init__")
-                               and not hasattr(cls, "__slots__")
-                               and all(f.init for f in dataclasses.fields(cls)))
+        plain = _is_plain(cls)
     known = cls.__dataclass_fields__.keys() if plain else ()
     # __init__ set every field and a frozen instance loses none: anything more is e.g. a cached attribute
     if not plain or not changes.keys() <= known or len(obj.__dict__) != len(known):
@@ -126,10 +156,9 @@ class DcgmBackend:
             changes["health"] = replace(gpu.health, **parts["health"])
         if gpu.index in reading.profiled:
             profiling = reading.profiling
-            changes["activity"] = replace(_NO_ACTIVITY, **activity_values(profiling.get((gpu.index, None), _NONE)))
-            changes["mig_instances"] = tuple(
-                replace(inst, activity=replace(_NO_ACTIVITY, **activity_values(profiling.get((gpu.index, inst.gi), _NONE))))
-                for inst in gpu.mig_instances)
+            changes["activity"] = activity(profiling.get((gpu.index, None), _NONE))
+            changes["mig_instances"] = tuple(replace(inst, activity=activity(profiling.get((gpu.index, inst.gi), _NONE)))
+                                             for inst in gpu.mig_instances)
         return replace(gpu, **changes)
 
     @property
