@@ -16,7 +16,6 @@ they must be unique on a host engine that other clients share.
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import os
 from dataclasses import dataclass
