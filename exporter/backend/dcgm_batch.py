@@ -26,7 +26,8 @@ import ctypes
 import struct
 from typing import NamedTuple
 
-from exporter.backend.dcgm_values import Decoder, layout_parts, record_struct
+from exporter.backend.dcgm_layout import layout_parts, record_struct
+from exporter.backend.dcgm_values import Decoder
 
 PLANS_KEPT = 4  # fast plans per set: one per layout seen (a status that comes and goes adds one)
 
