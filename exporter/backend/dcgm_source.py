@@ -90,6 +90,8 @@ class DcgmSource:
         # (fields, narrowed subset) -> GPUs narrowed so that since the last warning: one line for all
         self._narrowing: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] = {}
         self._slow_connect = False
+        self._sources_key: tuple | None = None  # what _sources last made its statuses of
+        self._sources_made: dict[str, SourceStatus] = {}
         self.log = SourceLog()
 
     @property
@@ -111,7 +113,7 @@ class DcgmSource:
     def read(self) -> DcgmReading:
         self._polls += 1
         self.caller.begin_poll()
-        reading = DcgmReading()
+        reading = None
         try:
             self._connect_if_due()
             if self.session is not None and not self._mapped and self._view is not None and self._view.uuids:
@@ -121,6 +123,8 @@ class DcgmSource:
                 reading = self._values()
         except DcgmError as exc:
             self._drop(exc)
+            reading = None
+        if reading is None:
             reading = DcgmReading()
         reading.sources = self._sources(reading)
         self.log.update(reading.sources)
@@ -273,6 +277,14 @@ class DcgmSource:
         if self.session is None:
             reason = self.down_reason or f"not connected to {self.where} yet"
             return {"dcgm": SourceStatus(False, reason), "dcgm_profiling": SourceStatus(False, reason)}
+        # Connected, the statuses change only with what they are made of: made again only then.
+        key = (self.session, self._mapped, tuple(self._profiling.items()),
+               tuple(index for index, polls in self._blank.items() if polls >= BLANK_POLLS), bool(self.session.gpu_index))
+        if key != self._sources_key:
+            self._sources_key, self._sources_made = key, self._connected_sources()
+        return dict(self._sources_made)
+
+    def _connected_sources(self) -> dict[str, SourceStatus]:
         out = {"dcgm": SourceStatus(True)}
         if not self._mapped and not self._profiling:
             return out  # profiling not set up yet: unknown, not unavailable
