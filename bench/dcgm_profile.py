@@ -4,6 +4,7 @@
     python bench/dcgm_profile.py --all --polls 20 # also the mixed H100 node and 8x A100 all-1g MIG
     python bench/dcgm_profile.py --smoke          # one scenario, 3 polls (tests/test_bench_smoke.py)
     PYTHONPATH=<other checkout> python bench/dcgm_profile.py   # that checkout's exporter
+    python bench/dcgm_profile.py --own            # the DCGM backend's own work alone (below)
 
 Polls exactly as bench/dcgm_bench.py does (its ``setup``), in two passes per backend:
 
@@ -120,12 +121,49 @@ def report(label: str, kind: str, timed: dict, stats: pstats.Stats, polls: int, 
     return out
 
 
+def own_work(path: Path, start_at: float, number: int = 2000, repeat: int = 7) -> dict:
+    """CPU µs of the DCGM backend's own work in one poll, and of its parts, with the host engine's
+    dcgmEntitiesGetLatestValues and the NVML poll replaced by their answers of the last poll
+    (the same arrays, the same Snapshot): what DcgmBackend adds around NvmlBackend.poll on a
+    real host, where both are C. Tight loops, best of ``repeat`` (the machine's load moves
+    such small figures less than it moves a whole poll)."""
+    import timeit
+
+    backend, poller, advance = dcgm_bench.setup(path, "dcgm", start_at)
+    try:
+        advance()
+        poller.poll_once()
+        inner = backend.inner
+        source = inner.source
+        session = source.session
+        snapshot = inner.nvml.poll()
+        inner.nvml.poll = lambda: snapshot
+        answered = {}
+        real = session._get_latest
+
+        def last_answer(batch):
+            if id(batch) not in answered:
+                answered[id(batch)] = real(batch)
+            return answered[id(batch)]
+
+        session._get_latest = last_answer
+        inner.poll()
+        reading = source.read()
+        parts = {"poll (DCGM backend's own work)": inner.poll, "DcgmSource.read": source.read,
+                 "merge into the Snapshot": lambda: inner._merge(snapshot, reading, 0.0)}
+        return {name: 1e6 * min(timeit.repeat(fn, number=number, repeat=repeat, timer=time.process_time)) / number
+                for name, fn in parts.items()}
+    finally:
+        backend.close()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="dcgm_profile", description=__doc__.split("\n\n")[0])
     parser.add_argument("--polls", type=int, default=40, help="polls per backend and pass")
     parser.add_argument("--top", type=int, default=12, help="calls listed per backend")
     parser.add_argument("--all", action="store_true", help="also the two 8-GPU nodes")
     parser.add_argument("--smoke", action="store_true", help="one scenario, three polls (harness check)")
+    parser.add_argument("--own", action="store_true", help="only the DCGM backend's own work per poll (own_work)")
     args = parser.parse_args(argv)
     import logging
     import tempfile
@@ -139,6 +177,13 @@ def main(argv=None) -> int:
         tmp = Path(tempfile.mkdtemp(prefix="gpushare-dcgm-profile-"))
         cases += [("h100-mixed-node@600s", dcgm_bench.SCENARIOS / "h100-mixed-node.yaml", 600.0),
                   ("8xA100 7x1g MIG", dcgm_bench.a100_node(tmp), 60.0)]
+    if args.own:
+        print(f"DCGM backend's own work per poll, CPU µs (host engine and NVML poll replaced by their last "
+              f"answers); load average {os.getloadavg()[0]:.2f}")
+        for label, path, start_at in cases:
+            figures = own_work(path, start_at, number=50 if args.smoke else 2000, repeat=2 if args.smoke else 7)
+            print(f"  {label:24} " + "  ".join(f"{name} {us:.1f}" for name, us in figures.items()))
+        return 0
     print(f"DCGM poll profile; load average {os.getloadavg()[0]:.2f}")
     for label, path, start_at in cases:
         rooms = {}

@@ -168,7 +168,8 @@ def test_merge_copies_equal_dataclasses_replace(tmp_path):
         run.close()
     gpu = snapshot.gpus[0]
     objects = [(snapshot, {"backend": "x", "gpus": ()}), (gpu, {"dcgm_gpu_id": 7, "power_watts": 1.5}),
-               (gpu.health, {"pcie_replay_errors": 3}), (gpu.mig_instances[0], {"profile": "7g.80gb"})]
+               (gpu.health, {"pcie_replay_errors": 3}), (gpu.mig_instances[0], {"profile": "7g.80gb"}),
+               (gpu.mig_instances[0].activity, {"sm_active": 0.25, "dram_active": 0.0})]
     for obj, changes in objects:
         copy = replace(obj, **changes)
         assert copy == dataclasses.replace(obj, **changes) and copy is not obj and type(copy) is type(obj)
@@ -186,3 +187,31 @@ def test_merge_copies_equal_dataclasses_replace(tmp_path):
 
     with pytest.raises(ValueError):
         replace(Checked(0.5), ratio=2.0)  # __post_init__ still runs
+
+    @dataclasses.dataclass(frozen=True)
+    class Cached:
+        ratio: float
+
+    cached = Cached(0.5)
+    object.__setattr__(cached, "memo", "kept by a cached property")
+    assert replace(cached, ratio=0.25) == Cached(0.25) and "memo" not in vars(replace(cached, ratio=0.25))
+
+
+def test_merged_activity_equals_the_dataclass_built_one():
+    """The merge's Activity (exporter.backend.dcgm.activity, built as a copy) is the one
+    Activity(**activity_values(...)) builds, and clamps as min(1.0, max(0.0, v)) does, to
+    the float: 0, -0.0, NaN, above 1, below 0, an int, blank and absent fields."""
+    from exporter.backend.dcgm import activity
+    from exporter.backend.dcgm_values import PROFILING_FIELDS, activity_values
+    from exporter.snapshot import Activity
+
+    cases = [{}, {1002: 0.5, 1004: None}, {1001: 0.0, 1002: -0.0, 1003: float("nan"), 1004: 1.0000001,
+                                           1005: -0.25, 1006: 1, 1007: 1.0, 1008: 3e-9}]
+    for values in cases:
+        fast, built = activity(values), Activity(**activity_values(values))
+        assert type(fast) is Activity and repr(fast) == repr(built) and list(vars(fast)) == list(vars(built))
+        for fid, pipe in PROFILING_FIELDS.items():
+            value = values.get(fid)
+            expected = None if value is None else min(1.0, max(0.0, float(value)))
+            assert repr(getattr(fast, pipe)) == repr(expected), (fid, value)
+    assert repr(activity(cases[2])) == repr(Activity(**activity_values(cases[2])))

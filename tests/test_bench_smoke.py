@@ -103,6 +103,33 @@ def test_dcgm_profile_smoke_splits_both_backends_by_room():
     assert re.search(r"^\s+[+-]\d+\.\d+\s+exporter: backend reads \(DCGM\)$", dcgm, re.M)
 
 
+def test_dcgm_profile_own_work_smoke():
+    """bench/dcgm_profile.py --own --smoke times the DCGM backend's own work per poll (host engine
+    and NVML poll replaced by their last answers) and its two parts, each less than the whole."""
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "dcgm_profile.py"), "--own", "--smoke"], cwd=REPO,
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    match = re.search(r"a100-40gb-two-3g@300s\s+poll \(DCGM backend's own work\) ([\d.]+)\s+DcgmSource\.read ([\d.]+)"
+                      r"\s+merge into the Snapshot ([\d.]+)", out.stdout)
+    assert match, out.stdout
+    whole, read, merge = map(float, match.groups())
+    assert 0 < read < whole and 0 < merge < whole
+
+
+def test_dcgm_bytes_digests_each_poll_of_four_nodes():
+    """bench/dcgm_bytes.py digests the DCGM backend's /metrics poll by poll on four nodes (the
+    before/after check of issue 22's DCGM work): one line per node and poll, and the values move
+    between polls, so a digest that ignored them would show here."""
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "dcgm_bytes.py"), "2"], cwd=REPO,
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    rows = [re.fullmatch(r"(.+) poll (\d): (\d+) lines, sha256 ([0-9a-f]{64})", line) for line in lines]
+    assert len(lines) == 8 and all(rows), lines
+    for first, second in zip(rows[::2], rows[1::2]):
+        assert first[1] == second[1] and first[4] != second[4] and int(first[3]) > 100
+
+
 REAL_DCGM = REPO / "bench" / "real_dcgm_smoke.py"
 
 

@@ -112,11 +112,19 @@ def test_batched_decode_matches_value_by_value():
     assert decoder.entity_readings(odd) == {(0, 0): {0: decode(B, odd[0])}} and decode(B, odd[0]).status == -6
 
 
+def _values_and_statuses(readings: dict) -> tuple[dict, dict]:
+    """Readings by entity -> what DcgmSession reads: (values, statuses of the failed values only)."""
+    values = {entity: {fid: r.value for fid, r in per.items()} for entity, per in readings.items()}
+    statuses = {entity: {fid: r.status for fid, r in per.items() if r.status}
+                for entity, per in readings.items() if any(r.status for r in per.values())}
+    return values, statuses
+
+
 def test_session_reads_what_the_bindings_wrapper_reads(engine):
     """DcgmSession reads through libdcgm's symbol on arrays it keeps across polls; each poll's
-    Readings equal those of the bindings' own dcgmEntitiesGetLatestValues, decoded value by
-    value: with errors (an unknown GPU instance, an unwatched field), after the values changed,
-    and with a second read set in between."""
+    values and statuses equal those of the bindings' own dcgmEntitiesGetLatestValues, decoded
+    value by value: with errors (an unknown GPU instance, an unwatched field), after the values
+    changed, with a second read set in between, and for a set that takes the fast plan."""
     from exporter.backend.dcgm_caller import DcgmCaller
     from exporter.backend.dcgm_session import FE_GPU, FE_GPU_I, DcgmSession
 
@@ -138,20 +146,65 @@ def test_session_reads_what_the_bindings_wrapper_reads(engine):
         out: dict = {}
         for fv in B.agent.dcgmEntitiesGetLatestValues(handle, pairs, list(fields), 0):
             out.setdefault((fv.entityGroupId, fv.entityId), {})[fv.fieldId] = decode(B, fv)
-        return out
+        return _values_and_statuses(out)
 
     seen = []
     for t in (30.0, 90.0):
         sim.advance_to(t)
-        first = session._latest(gpus, device)
-        session._latest(gpus[:1], (155,))  # another read set between this poll's two reads
-        assert first == wrapper_readings(gpus, device) == session._latest(gpus, device)
+        first = session._latest_values(gpus, device)
+        clean = session._latest_values(gpus[:2], (155, 156, 150))  # all watched numbers: the fast plan
+        assert clean == wrapper_readings(gpus[:2], (155, 156, 150)) and clean[1] == {}
+        assert first == wrapper_readings(gpus, device) == session._latest_values(gpus, device)
         seen.append(first)
     assert len(session._batches) == 2  # built once, reused by the second poll
-    assert seen[0][(FE_GPU, 3)][155].value is not None and seen[0][(FE_GPU, 3)][1002].status != 0
-    assert seen[0][(FE_GPU_I, 999)][155].status != 0
+    assert [plan is not None for plan in session._batches[(tuple(gpus[:2]), (155, 156, 150))]._fast.values()] == [True]
+    values, statuses = seen[0]
+    assert values[(FE_GPU, 3)][155] is not None and statuses[(FE_GPU, 3)][1002] != 0
+    assert values[(FE_GPU, 3)][1002] is None and statuses[(FE_GPU_I, 999)][155] != 0
     # energy moved on between the polls: nothing stale was read
-    assert seen[1][(FE_GPU, 3)][156].value > seen[0][(FE_GPU, 3)][156].value
+    assert seen[1][0][(FE_GPU, 3)][156] > values[(FE_GPU, 3)][156]
+
+
+def test_batch_decode_fast_plan_matches_value_by_value():
+    """dcgm_batch.Batch.decode gives the values and statuses the bindings' attribute path gives:
+    numbers and blanks of both types through its fast plan (made once per record layout), and
+    a status, a string, or an entity's records apart through the general way."""
+    from exporter.backend.dcgm_batch import PLANS_KEPT, Batch
+
+    v = B.value
+    entities, fields = [(1, 0), (4, 7)], (100, 155, 156)
+    batch = Batch(B.structs, Decoder(B), entities, fields)
+
+    def fill(rows):
+        for n, (group, entity, fid, kind, member, value, status) in enumerate(rows):
+            fv = batch.values[n]
+            fv.entityGroupId, fv.entityId, fv.fieldId, fv.fieldType, fv.status = group, entity, fid, ord(kind), status
+            setattr(fv.value, member, value)
+        readings: dict = {}
+        for fv in batch.values:
+            readings.setdefault((fv.entityGroupId, fv.entityId), {})[fv.fieldId] = decode(B, fv)
+        return _values_and_statuses(readings)
+
+    numbers = [(1, 0, 100, "i", "i64", 1410, 0), (1, 0, 155, "d", "dbl", 71.25, 0), (1, 0, 156, "i", "i64", 9, 0),
+               (4, 7, 100, "i", "i64", v.DCGM_INT64_NOT_SUPPORTED, 0), (4, 7, 155, "d", "dbl", v.DCGM_FP64_BLANK, 0),
+               (4, 7, 156, "i", "i64", 0, 0)]
+    expected = fill(numbers)
+    assert batch.decode() == expected and expected[0][(4, 7)] == {100: None, 155: None, 156: 0}
+    assert list(batch._fast.values()) != [None] and len(batch._fast) == 1  # the fast plan did it
+    fill([(*row[:5], row[5] + 1 if row[4] == "i64" and row[5] < 10 else row[5], 0) for row in numbers])
+    assert batch.decode()[0][(1, 0)] == {100: 1410, 155: 71.25, 156: 10} and len(batch._fast) == 1  # plan reused
+
+    odd_cases = [
+        [*numbers[:5], (4, 7, 156, "i", "i64", 3, -14)],  # a status
+        [*numbers[:4], (4, 7, 155, "s", "str", "GPU-x", 0), numbers[5]],  # a string
+        [numbers[0], numbers[3], *numbers[1:3], *numbers[4:]],  # an entity's records apart
+        [(1, 0, 100, "d", "dbl", 2.5, 0), *numbers[1:]],  # another type: a plan of its own
+    ]
+    for rows in odd_cases:
+        expected = fill(rows)
+        assert batch.decode() == expected, rows
+    assert fill(odd_cases[0])[1] == {(4, 7): {156: -14}}
+    assert sum(plan is not None for plan in batch._fast.values()) <= PLANS_KEPT
 
 
 def test_library_not_installed():

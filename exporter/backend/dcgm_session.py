@@ -16,15 +16,14 @@ they must be unique on a host engine that other clients share.
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import os
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from exporter.backend.dcgm_bindings import Bindings
 from exporter.backend.dcgm_caller import FUNCTION_NOT_FOUND, PROFILING_NOT_SUPPORTED, DcgmCaller, DcgmError
-from exporter.backend.dcgm_values import DEVICE_FIELDS, PROFILING_FIELDS, Decoder, Reading
+from exporter.backend.dcgm_batch import Batch
+from exporter.backend.dcgm_values import DEVICE_FIELDS, PROFILING_FIELDS, Decoder
 
 FE_GPU, FE_GPU_I = 1, 4  # dcgm_fields.DCGM_FE_GPU / DCGM_FE_GPU_I
 CONNECT_TIMEOUT_MS = 2000
@@ -46,16 +45,6 @@ class DcgmAddress:
 
     def __str__(self) -> str:
         return self.connection_string
-
-
-class _Batch(NamedTuple):
-    """The C arrays of one dcgmEntitiesGetLatestValues read (values: ~4 KiB each, a blob union)."""
-
-    pairs: object
-    entities: int
-    field_ids: object
-    fields: int
-    values: object
 
 
 @dataclass
@@ -88,7 +77,8 @@ class DcgmSession:
         self._field_groups: dict[tuple[int, ...], object] = {}
         self._seq = itertools.count(1)
         self._decode = Decoder(bindings)
-        self._batches: dict[tuple, _Batch] = {}  # (entities, fields) -> its C arrays
+        self._batches: dict[tuple, Batch] = {}  # (entities, fields) -> its C arrays and decode plan
+        self._reads = None  # what read_device/read_profiling read, worked out once per watch set
 
     @property
     def where(self) -> str:
@@ -140,6 +130,7 @@ class DcgmSession:
         self.profiling.clear()
         self._field_groups.clear()
         self._batches.clear()
+        self._reads = None
         self.device_group = None
 
     def close(self) -> None:
@@ -167,6 +158,7 @@ class DcgmSession:
                 gpu_index[int(gpu_id)] = nvml_uuids[uuid]
         self.gpu_index = gpu_index
         self.gi_entities = {index: {} for index in gpu_index.values()}
+        self._reads = None
         try:
             hierarchy = self.caller.call("dcgmGetGpuInstanceHierarchy", self.handle)
         except DcgmError as exc:
@@ -216,6 +208,7 @@ class DcgmSession:
             group = self._group([(FE_GPU, gid) for gid in sorted(self.gpu_index)], "gpus")
             self._watch(group, tuple(DEVICE_FIELDS))
             self.device_group = group
+            self._reads = None
 
     def supported_profiling(self, index: int) -> tuple[int, ...]:
         """The profiling fields the exporter exports that GPU ``index`` has (DcgmError if unknown)."""
@@ -239,9 +232,11 @@ class DcgmSession:
             self._quietly("dcgmGroupDestroy", self.handle, group)
             raise
         self.profiling[index] = ProfilingWatch(group, fields, gis)
+        self._reads = None
 
     def unwatch_profiling(self, index: int) -> None:
         old = self.profiling.pop(index, None)
+        self._reads = None
         if old is not None:
             self._quietly("dcgmGroupDestroy", self.handle, old.group)
 
@@ -251,28 +246,26 @@ class DcgmSession:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def _batch(self, entities: list[tuple[int, int]], fields: tuple[int, ...]) -> _Batch:
-        """The C arrays of one read, built once per watch set (close_watches() drops them)."""
+    def _batch(self, entities: list[tuple[int, int]], fields: tuple[int, ...]) -> Batch:
+        """The C arrays and decode plan of one read set, made once per watch set (close_watches() drops them)."""
         key = (tuple(entities), fields)
         batch = self._batches.get(key)
         if batch is None:
             if len(self._batches) >= 8:  # watch sets retried over and over: keep memory bounded
                 self._batches.clear()
-            structs = self.b.structs
-            pairs = (structs.c_dcgmGroupEntityPair_t * len(entities))()
-            for pair, (entity_group, entity_id) in zip(pairs, entities):
-                pair.entityGroupId, pair.entityId = entity_group, entity_id
-            batch = self._batches[key] = _Batch(
-                pairs, len(entities), (ctypes.c_uint16 * len(fields))(*fields), len(fields),
-                (structs.c_dcgmFieldValue_v2 * (len(entities) * len(fields)))())
+            batch = self._batches[key] = Batch(self.b.structs, self._decode, entities, fields)
         return batch
 
-    def _latest(self, entities: list[tuple[int, int]], fields: tuple[int, ...]):
-        batch = self._batch(entities, fields)
-        values = self.caller.run("dcgmEntitiesGetLatestValues", self._get_latest, batch)
-        return self._decode.entity_readings(values)
+    def _latest_values(self, entities: list[tuple[int, int]], fields: tuple[int, ...]) -> tuple[dict, dict]:
+        """(values, statuses) of one read: (group, entity) -> {field: value or None}, and
+        {field: DCGM_ST_*} for the values that failed (dcgm_batch.Batch.decode)."""
+        return self._read_batch(self._batch(entities, fields))
 
-    def _get_latest(self, batch: _Batch):
+    def _read_batch(self, batch: Batch) -> tuple[dict, dict]:
+        self.caller.run("dcgmEntitiesGetLatestValues", self._get_latest, batch)
+        return batch.decode()
+
+    def _get_latest(self, batch: Batch):
         """What dcgm_agent.dcgmEntitiesGetLatestValues does (the symbol from _dcgmGetFunctionPointer,
         arguments as it passes them, _dcgmCheckReturn), on arrays made once instead of per call.
 
@@ -281,32 +274,59 @@ class DcgmSession:
         tsapiEntitiesGetLatestValues), and the elements are decoded before the next call."""
         structs = self.b.structs
         fn = structs._dcgmGetFunctionPointer("dcgmEntitiesGetLatestValues")
-        ret = fn(self.handle, batch.pairs, ctypes.c_uint(batch.entities), batch.field_ids,
-                 ctypes.c_uint(batch.fields), 0, batch.values)
+        ret = fn(self.handle, batch.pairs, batch.c_entities, batch.field_ids, batch.c_fields, 0, batch.values)
         structs._dcgmCheckReturn(ret)
         return batch.values
 
-    def read_device(self) -> dict[int, dict[int, Reading]]:
-        """NVML index -> {field id: Reading} for every watched GPU."""
-        if self.device_group is None:
-            return {}
-        raw = self._latest([(FE_GPU, gid) for gid in sorted(self.gpu_index)], tuple(DEVICE_FIELDS))
-        return {index: raw.get((FE_GPU, gid), {}) for gid, index in self.gpu_index.items()}
-
-    def read_profiling(self) -> dict[tuple[int, int | None], dict[int, Reading]]:
-        """(NVML index, GI id or None for the GPU) -> {field id: Reading}, for watched GPUs."""
+    def _read_sets(self):
+        """(device, profiling) read sets, each (entities, fields, [(DCGM entity, key in the result)]);
+        worked out when the watches or the entity mapping change, not every poll."""
+        reads = self._reads
+        if reads is not None and reads[0] is self.gpu_index:
+            return reads[1], reads[2]
+        device = None
+        if self.device_group is not None:
+            device = ([(FE_GPU, gid) for gid in sorted(self.gpu_index)], tuple(DEVICE_FIELDS),
+                      [((FE_GPU, gid), index) for gid, index in self.gpu_index.items()])
         by_fields: dict[tuple[int, ...], list[int]] = {}
         for index, watch in self.profiling.items():
             by_fields.setdefault(watch.fields, []).append(index)
-        out: dict[tuple[int, int | None], dict[int, Reading]] = {}
+        profiling = []
         for fields, indices in sorted(by_fields.items()):
             entities = []
             for index in sorted(indices):
                 entities.append((FE_GPU, self.gpu_id(index)))
                 entities += [(FE_GPU_I, e) for e in sorted(self.profiling[index].gi_entities)]
-            raw = self._latest(entities, fields)
+            keys = []
             for index in indices:
-                out[(index, None)] = raw.get((FE_GPU, self.gpu_id(index)), {})
-                for entity, gi in self.profiling[index].gi_entities.items():
-                    out[(index, gi)] = raw.get((FE_GPU_I, entity), {})
-        return out
+                keys.append(((FE_GPU, self.gpu_id(index)), (index, None)))
+                keys += [((FE_GPU_I, entity), (index, gi)) for entity, gi in self.profiling[index].gi_entities.items()]
+            profiling.append((entities, fields, keys))
+        self._reads = (self.gpu_index, device, profiling)
+        return device, profiling
+
+    def _read(self, read_set, values: dict, statuses: dict) -> None:
+        entities, fields, keys = read_set
+        raw, failed = self._read_batch(self._batch(entities, fields))
+        for entity, key in keys:
+            values[key] = raw.get(entity, {})
+            if failed and entity in failed:
+                statuses[key] = failed[entity]
+
+    def read_device(self) -> tuple[dict[int, dict], dict[int, dict[int, int]]]:
+        """(values, statuses): NVML index -> {field id: value or None} for every watched GPU, and
+        {field id: DCGM_ST_*} for the fields that failed."""
+        values: dict = {}
+        statuses: dict = {}
+        device = self._read_sets()[0]
+        if device is not None:
+            self._read(device, values, statuses)
+        return values, statuses
+
+    def read_profiling(self) -> tuple[dict[tuple[int, int | None], dict], dict]:
+        """(values, statuses) keyed (NVML index, GI id or None for the GPU), for watched GPUs."""
+        values: dict = {}
+        statuses: dict = {}
+        for read_set in self._read_sets()[1]:
+            self._read(read_set, values, statuses)
+        return values, statuses

@@ -27,7 +27,7 @@ from exporter.backend.dcgm_caller import (
 )
 from exporter.backend.dcgm_session import DcgmAddress, DcgmSession
 from exporter.backend.dcgm_status import SourceLog, reason_for, single_pass_candidates
-from exporter.backend.dcgm_values import FIELD_LABELS, Reading
+from exporter.backend.dcgm_values import FIELD_LABELS
 from exporter.snapshot import SourceStatus
 
 log = logging.getLogger(__name__)
@@ -57,8 +57,11 @@ class NvmlView:
 class DcgmReading:
     """One poll's DCGM values, and which GPUs they cover."""
 
-    device: dict[int, dict[int, Reading]] = field(default_factory=dict)  # index -> field -> value
-    profiling: dict[tuple[int, int | None], dict[int, Reading]] = field(default_factory=dict)
+    device: dict[int, dict[int, object]] = field(default_factory=dict)  # index -> field -> value or None
+    profiling: dict[tuple[int, int | None], dict[int, object]] = field(default_factory=dict)  # (index, GI id)
+    # The same keys -> {field: DCGM_ST_*}, only where a value failed (its value above is None).
+    device_status: dict[int, dict[int, int]] = field(default_factory=dict)
+    profiling_status: dict[tuple[int, int | None], dict[int, int]] = field(default_factory=dict)
     profiled: frozenset[int] = frozenset()  # GPUs whose activity (GPU and instances) DCGM gives
     sources: dict[str, SourceStatus] = field(default_factory=dict)
     value_errors: list[tuple[str, str, str]] = field(default_factory=list)  # (section, call, error)
@@ -87,6 +90,8 @@ class DcgmSource:
         # (fields, narrowed subset) -> GPUs narrowed so that since the last warning: one line for all
         self._narrowing: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] = {}
         self._slow_connect = False
+        self._sources_key: tuple | None = None  # what _sources last made its statuses of
+        self._sources_made: dict[str, SourceStatus] = {}
         self.log = SourceLog()
 
     @property
@@ -108,7 +113,7 @@ class DcgmSource:
     def read(self) -> DcgmReading:
         self._polls += 1
         self.caller.begin_poll()
-        reading = DcgmReading()
+        reading = None
         try:
             self._connect_if_due()
             if self.session is not None and not self._mapped and self._view is not None and self._view.uuids:
@@ -118,6 +123,8 @@ class DcgmSource:
                 reading = self._values()
         except DcgmError as exc:
             self._drop(exc)
+            reading = None
+        if reading is None:
             reading = DcgmReading()
         reading.sources = self._sources(reading)
         self.log.update(reading.sources)
@@ -231,26 +238,31 @@ class DcgmSource:
 
     def _values(self) -> DcgmReading:
         session = self.session
-        reading = DcgmReading(device=session.read_device(), profiling=session.read_profiling())
-        for index, values in reading.device.items():
-            self._check(values, "gpu", reading)
-        for (index, gi), values in reading.profiling.items():
-            self._check(values, "gpu" if gi is None else "mig", reading)
+        device, device_status = session.read_device()
+        profiling, profiling_status = session.read_profiling()
+        reading = DcgmReading(device=device, profiling=profiling, device_status=device_status,
+                              profiling_status=profiling_status)
+        for index, statuses in device_status.items():
+            self._check(statuses, "gpu", reading)
+        for (index, gi), statuses in profiling_status.items():
+            self._check(statuses, "gpu" if gi is None else "mig", reading)
+        blank_counts = self._blank
         for index in session.profiling:
-            gpu_values = reading.profiling.get((index, None), {})
-            blank = bool(gpu_values) and all(r.value is None and r.status == 0 for r in gpu_values.values())
-            self._blank[index] = self._blank.get(index, 0) + 1 if blank else 0
+            gpu_values = profiling.get((index, None))
+            blank = bool(gpu_values) and (index, None) not in profiling_status and all(
+                value is None for value in gpu_values.values())
+            blank_counts[index] = blank_counts.get(index, 0) + 1 if blank else 0
         reading.profiled = frozenset(session.profiling)
         return reading
 
-    def _check(self, values: dict[int, Reading], section: str, reading: DcgmReading) -> None:
-        for fid, r in values.items():
-            if r.status in (0, NO_DATA, NOT_SUPPORTED):
+    def _check(self, statuses: dict[int, int], section: str, reading: DcgmReading) -> None:
+        for fid, status in statuses.items():
+            if status in (0, NO_DATA, NOT_SUPPORTED):
                 continue  # NOT_SUPPORTED: this board has no such reading (absent, not an error)
-            if r.status == NOT_WATCHED:
+            if status == NOT_WATCHED:
                 self._mapped = False  # the engine forgot our watches (restarted): make them again
                 continue
-            error = self._status_name(r.status)
+            error = self._status_name(status)
             label = FIELD_LABELS.get(fid, f"dcgm:{fid}")
             reading.value_errors.append((section, label, error))
             self.errors[(label, error)] = self.errors.get((label, error), 0) + 1
@@ -265,6 +277,14 @@ class DcgmSource:
         if self.session is None:
             reason = self.down_reason or f"not connected to {self.where} yet"
             return {"dcgm": SourceStatus(False, reason), "dcgm_profiling": SourceStatus(False, reason)}
+        # Connected, the statuses change only with what they are made of: made again only then.
+        key = (self.session, self._mapped, tuple(self._profiling.items()),
+               tuple(index for index, polls in self._blank.items() if polls >= BLANK_POLLS), bool(self.session.gpu_index))
+        if key != self._sources_key:
+            self._sources_key, self._sources_made = key, self._connected_sources()
+        return dict(self._sources_made)
+
+    def _connected_sources(self) -> dict[str, SourceStatus]:
         out = {"dcgm": SourceStatus(True)}
         if not self._mapped and not self._profiling:
             return out  # profiling not set up yet: unknown, not unavailable

@@ -9,9 +9,9 @@ DCGM 4.5 returns blanks where 4.4 returned 0). None is exported as an absent ser
 from __future__ import annotations
 
 import ctypes
-import struct
 from typing import Mapping, NamedTuple
 
+from exporter.backend.dcgm_layout import layout_parts, record_struct
 from exporter.snapshot import Activity
 
 # Device fields (GPU entities) -> what they give. Units in DCGM: MHz, degrees C, W, mJ, percent, counts.
@@ -159,16 +159,11 @@ class Decoder:
         cached = self._layouts.get(cls, False)
         if cached is not False:
             return cached
-        parts = [_field(cls, name) for name in ("entityGroupId", "entityId", "fieldId", "fieldType", "status")]
-        value = _field(cls, "value")
-        i64 = dbl = None
-        if value is not None:
-            i64, dbl = _field(value[2], "i64"), _field(value[2], "dbl")
+        parts = layout_parts(cls)
         layout = None
-        if None not in parts and i64 is not None and dbl is not None:
-            size = ctypes.sizeof(cls)
-            numbers = _struct(parts + [(value[0] + i64[0], i64[1], i64[2])], size)
-            doubles = _struct([(value[0] + dbl[0], dbl[1], dbl[2])], size)
+        if parts is not None:
+            numbers = record_struct(parts["meta"] + [parts["i64"]], ctypes.sizeof(cls), 1)
+            doubles = record_struct([parts["dbl"]], ctypes.sizeof(cls), 1)
             if numbers is not None and doubles is not None:
                 layout = (numbers, doubles)
         self._layouts[cls] = layout
@@ -180,46 +175,6 @@ def _put(out: dict, entity: tuple[int, int], fid: int, reading: Reading) -> None
     if per_entity is None:
         per_entity = out[entity] = {}
     per_entity[fid] = reading
-
-
-def _field(cls, name: str):
-    """(offset, size, ctypes type) of plain ctypes field ``name`` of structure/union ``cls``;
-    None when it has none (or a property, or a bit field, stands in its place)."""
-    types = {}
-    for klass in reversed(getattr(cls, "__mro__", ())):
-        types.update(field[:2] for field in vars(klass).get("_fields_", ()) if len(field) == 2)
-    for klass in getattr(cls, "__mro__", ()):
-        descriptor = vars(klass).get(name)
-        if descriptor is not None:
-            if name in types and hasattr(descriptor, "offset") and hasattr(descriptor, "size"):
-                return descriptor.offset, descriptor.size, types[name]
-            return None
-    return None
-
-
-_CODES = {1: "b", 2: "h", 4: "i", 8: "q"}
-
-
-def _struct(parts: list[tuple[int, int, type]], size: int) -> struct.Struct | None:
-    """A struct reading ``parts`` ((offset, size, ctypes type)) in their order out of a record of
-    ``size`` bytes, native byte order; None for a type it cannot read as a number, or parts out
-    of offset order (the values would come out in another order than asked)."""
-    fmt, position = "=", 0
-    for offset, width, ctype in parts:
-        code = getattr(ctype, "_type_", None)
-        if code == "d" and width == 8:
-            pass
-        elif isinstance(code, str) and code in "bBhHiIlLqQ" and width in _CODES:
-            code = _CODES[width] if code.islower() else _CODES[width].upper()
-        else:
-            return None  # a char fieldType, a nested structure, a bit field: not read this way
-        if offset < position:
-            return None
-        fmt += (f"{offset - position}x" if offset > position else "") + code
-        position = offset + width
-    if position > size:
-        return None
-    return struct.Struct(fmt + (f"{size - position}x" if size > position else ""))
 
 
 def decode(bindings, fv) -> Reading:
@@ -255,9 +210,7 @@ def health_values(values: Mapping[int, object | None]) -> dict:
     """DeviceHealth keyword values from DCGM's health fields (what the NVML reader then skips:
     exporter.backend.nvml_health). Absent values stay None / out of the mappings."""
 
-    def get(fid):
-        return values.get(fid)
-
+    get = values.get  # the mapping's own method: ~24 look-ups per GPU and poll
     out: dict = {}
     if get(140) is not None:
         out["memory_temperature_celsius"] = float(get(140))
@@ -283,5 +236,21 @@ def health_values(values: Mapping[int, object | None]) -> dict:
 
 def activity(values: Mapping[int, object | None]) -> Activity:
     """Activity from profiling field values; ratios clamped to 0..1 (DCGM can overshoot a little)."""
-    return Activity(**{pipe: min(1.0, max(0.0, float(values[fid])))
-                       for fid, pipe in PROFILING_FIELDS.items() if values.get(fid) is not None})
+    return Activity(**activity_values(values))
+
+
+_PROFILING_ITEMS = tuple(PROFILING_FIELDS.items())
+
+
+def activity_values(values: Mapping[int, object | None]) -> dict:
+    """Activity keyword values from profiling field values, clamped to 0..1 (absent: left out).
+
+    min(1.0, max(0.0, v)) for every value; the test in front only skips those calls where
+    they return v itself (0 < v <= 1), so 0.0, -0.0 and NaN come out as they did."""
+    out = {}
+    for fid, pipe in _PROFILING_ITEMS:
+        value = values.get(fid)
+        if value is not None:
+            value = float(value)
+            out[pipe] = value if 0.0 < value <= 1.0 else min(1.0, max(0.0, value))
+    return out
