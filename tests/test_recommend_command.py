@@ -175,3 +175,18 @@ def test_more_bad_flags_are_one_line(argv, message):
 
 def test_at_takes_unix_seconds_or_an_iso_date():
     assert command.parse_at("1735689600") == command.parse_at("2025-01-01T00:00:00Z") == 1735689600.0
+
+
+def test_a_planner_failure_is_one_line_not_a_traceback(monkeypatch, capsys):
+    """Should the solver find no layout (a planner bug or its time limit), the command still says
+    so in one line and exits 2, naming HiGHS's message."""
+    from types import SimpleNamespace
+
+    from exporter import cli
+    from exporter.recommend import planner_milp
+
+    monkeypatch.setattr(planner_milp, "_milp", lambda *a, **k: SimpleNamespace(x=None, status=2,
+                                                                              message="The problem is infeasible."))
+    assert cli.main(["recommend", "--workloads", str(EXAMPLES / "wan22-5b-x3.yaml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the planner found no layout (The problem is infeasible.)" in err[0], err

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from exporter.errors import UserError
+
 LAYOUT_NODE_LIMIT = 2000
 SAFETY_TIME_LIMIT_SECONDS = 600.0  # a guard against a pathological input, never reached in practice
 
@@ -96,7 +98,10 @@ def solve(pb, rows):
     for c in _objectives(pb):
         res = _milp(c, constraints, lower, upper, integrality)
         if res.x is None:
-            raise RuntimeError(f"recommend planner failed: {res.message}")
+            # Whole GPUs hold any workload, so this is a planner bug or a solver limit, not the
+            # input's fault; still one line on the command line, never a traceback.
+            raise UserError(f"recommend: the planner found no layout ({res.message}); "
+                            "this is a bug, please report it with the input")
         optimal = optimal and res.status == 0
         sol = np.round(res.x)
         constraints.append(_hold(c, float(c @ sol)))
