@@ -339,11 +339,14 @@ def test_dashboards_give_the_same_counts_and_rows_with_every_gpu_scraped_twice(s
                 assert value == pytest.approx(max(c.get(namespace, 0.0) for c in copies), rel=1e-9), (key, namespace)
 
 
-def recommend_json(url: str, started: float) -> dict:
-    window = f"{int(time.time() - started) + 5}s"  # the history there is (as tests/test_recommend_prometheus_e2e.py)
+def recommend_json(url: str, started: float, at: float | None = None) -> dict:
+    """The plan from ``url``'s history up to ``at`` (Unix seconds; default now)."""
+    at = time.time() if at is None else at
+    window = f"{int(at - started) + 5}s"  # the history there is (as tests/test_recommend_prometheus_e2e.py)
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = cli.main(["recommend", "--prometheus", url, "--window", window, "--format", "json"])
+        status = cli.main(["recommend", "--prometheus", url, "--window", window, "--at", f"{at:.3f}",
+                           "--format", "json"])
     assert status == 0, err.getvalue()
     return json.loads(out.getvalue())
 
@@ -364,6 +367,9 @@ def plan_summary(data: dict) -> dict:
 @DOUBLED
 def test_recommend_plans_the_same_with_every_gpu_scraped_twice(stack, which):
     """Each running instance of a workload counted once, however many copies Prometheus stores."""
-    one = recommend_json(stack["shipped"].url, stack["started"])
-    two = recommend_json(stack[which].url, stack["started"])
+    # Both read the same moment, a few scrapes back: read at "now" one after the other, a
+    # workload starting between the two calls is in one plan and not in the other.
+    at = time.time() - 3
+    one = recommend_json(stack["shipped"].url, stack["started"], at)
+    two = recommend_json(stack[which].url, stack["started"], at)
     assert plan_summary(two) == plan_summary(one)
