@@ -24,13 +24,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -142,44 +139,22 @@ def _cpu_seconds(pid: int) -> float:
 
 def serve_cpu(seconds: float, interval: float, simulate: str | None) -> str:
     """`exporter serve`'s CPU as % of a core over ``seconds``, scraped every 15 s."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from real_gpu_smoke import scrape, served
+
     state = Path(os.environ.get("TMPDIR", "/tmp")) / f"{PROG}-state-{os.getpid()}"
-    cmd = [sys.executable, "-m", "exporter", "serve", "--listen", f"127.0.0.1:{port}",
-           "--interval", str(interval), "--log-level", "warning", "--state-dir", str(state)]
-    cmd += ["--simulate", simulate] if simulate else []
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}/metrics"
-
-    def scrape() -> int | None:
-        try:
-            with urllib.request.urlopen(url, timeout=5) as r:
-                return len(r.read())
-        except OSError:
-            return None
-
-    try:
-        deadline = time.monotonic() + 30
-        while scrape() is None:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                err = proc.stderr.read().decode(errors="replace").strip() if proc.poll() is not None else "timeout"
-                return f"serve: FAILED ({err.splitlines()[-1] if err else 'no output'})"
+    extra = ["--interval", str(interval), "--state-dir", str(state), *(["--simulate", simulate] if simulate else [])]
+    with served(*extra) as (proc, url, body):
+        if body is None:
+            return "serve: FAILED"
         time.sleep(10)
         start_cpu, start = _cpu_seconds(proc.pid), time.monotonic()
-        size = None
+        size = len(body)
         while time.monotonic() - start < seconds:
-            size = scrape() or size
+            size = len(scrape(url) or b"") or size
             time.sleep(min(15.0, max(0.0, seconds - (time.monotonic() - start))))
         used, span = _cpu_seconds(proc.pid) - start_cpu, time.monotonic() - start
         return (f"serve (--interval {interval:g}, foresight on, scraped every 15 s): "
                 f"{100 * used / span:.2f} % of a core over {span:.0f} s ({used:.2f} s CPU), /metrics {size} bytes")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def main(argv=None) -> int:

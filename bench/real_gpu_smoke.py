@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -66,26 +67,47 @@ def time_polls(backend: NvmlBackend, polls: int):
     return rows[0], steady[len(steady) // 2], snapshot
 
 
-def serve_and_lint(save: str | None = None) -> bool:
-    """`exporter serve` on a free 127.0.0.1 port; promtool check metrics on its /metrics (kept in
-    ``save`` when given)."""
+@contextmanager
+def served(*extra: str):
+    """`exporter serve` on a free 127.0.0.1 port: yields (process, /metrics URL, the first body or
+    None with the reason printed), and stops it on the way out."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "exporter", "serve", "--listen", f"127.0.0.1:{port}",
-                             "--interval", "1", "--log-level", "warning"], cwd=REPO,
+                             "--interval", "1", "--log-level", "warning", *extra], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/metrics"
     try:
         body, deadline = None, time.monotonic() + 30
         while body is None and time.monotonic() < deadline and proc.poll() is None:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-                    body = r.read()
-            except OSError:
+            body = scrape(url)
+            if body is None:
                 time.sleep(0.3)
         if body is None:
             err = proc.stderr.read().decode(errors="replace").strip() if proc.poll() is not None else "timeout"
             print(f"serve: FAILED to serve /metrics ({err.splitlines()[-1] if err else 'no output'})")
+        yield proc, url, body
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def scrape(url: str) -> bytes | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.read()
+    except OSError:
+        return None
+
+
+def serve_and_lint(save: str | None = None) -> bool:
+    """`exporter serve`; promtool check metrics on its /metrics (kept in ``save`` when given)."""
+    with served() as (_, _, body):
+        if body is None:
             return False
         series = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
         if save:
@@ -99,12 +121,6 @@ def serve_and_lint(save: str | None = None) -> bool:
         text = (lint.stdout + lint.stderr).decode(errors="replace").strip()
         print(f"promtool check metrics: {'ok' if lint.returncode == 0 else 'FAILED'}{': ' + text if text else ''}")
         return lint.returncode == 0
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def real_answers(nv, index: int) -> dict:

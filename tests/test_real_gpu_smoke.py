@@ -30,6 +30,20 @@ ISSUE_12_LIST = ("nvmlDeviceGetBAR1MemoryInfo", "nvmlDeviceGetEncoderUtilization
                  "nvmlDeviceGetPcieThroughput", "nvmlDeviceGetFieldValues", "nvmlDeviceGetConfComputeMemSizeInfo")
 
 
+def played(gpu: dict) -> tuple[str, dict]:
+    """The "real" side played by the simulator as one GPU ``gpu``: (its NVML name, its answers)."""
+    sim = Simulation(parse_scenario({"name": "played", "gpus": [gpu]}, "played.yaml"))
+    sim.install()
+    try:
+        pynvml.nvmlInit()
+        name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
+        real = smoke.real_answers(pynvml, 0)
+        pynvml.nvmlShutdown()
+    finally:
+        sim.close()
+    return name, real
+
+
 def test_probes_cover_the_issue_list_and_only_read():
     """Every function issue 12 names is probed, and every probe is a Get/Query call."""
     called = {fn for _, fn, _, _ in probe.GPU_PROBES + probe.MIG_PROBES}
@@ -45,15 +59,7 @@ def test_probes_cover_the_issue_list_and_only_read():
 ])
 def test_a_board_compared_with_its_own_mirror_has_no_difference(gpu, capsys):
     """Playing the real GPU with the simulator: the mirror reads back the same board."""
-    sim = Simulation(parse_scenario({"name": "played", "gpus": [gpu]}, "played.yaml"))
-    sim.install()
-    try:
-        pynvml.nvmlInit()
-        name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
-        real = smoke.real_answers(pynvml, 0)
-        pynvml.nvmlShutdown()
-    finally:
-        sim.close()
+    name, real = played(gpu)
     fake = smoke.fake_answers(name, real["layout"])
     assert isinstance(fake, dict), fake
     assert smoke.compare(real, fake) == 0, capsys.readouterr().out
@@ -64,14 +70,7 @@ def test_a_board_compared_with_its_own_mirror_has_no_difference(gpu, capsys):
 
 def test_a_wrong_board_is_reported(capsys):
     """A mirror of another board differs (name, PCI id, limits, clocks): the check says so."""
-    sim = Simulation(parse_scenario({"name": "played", "gpus": [{"model": "A100-80GB", "variant": "PCIe"}]}, "p.yaml"))
-    sim.install()
-    try:
-        pynvml.nvmlInit()
-        real = smoke.real_answers(pynvml, 0)
-        pynvml.nvmlShutdown()
-    finally:
-        sim.close()
+    _, real = played({"model": "A100-80GB", "variant": "PCIe"})
     diffs = smoke.compare(real, smoke.fake_answers("NVIDIA A100-SXM4-80GB", None))
     out = capsys.readouterr().out
     assert diffs >= 4 and "DIFF PCI device id" in out and "DIFF power limit constraints" in out
@@ -81,14 +80,7 @@ def test_host_dependent_probes_are_printed_apart_and_not_counted(capsys):
     """A GPU passed through to a VM says virtualization mode 1 and has no NVLink: how the host
     attaches it, not the board. Those show as HOST lines; a board difference still counts."""
     assert smoke.HOST_DEPENDENT <= {label for label, _, _, _ in probe.GPU_PROBES + probe.MIG_PROBES}
-    sim = Simulation(parse_scenario({"name": "played", "gpus": [{"model": "H100-80GB"}]}, "p.yaml"))
-    sim.install()
-    try:
-        pynvml.nvmlInit()
-        real = smoke.real_answers(pynvml, 0)
-        pynvml.nvmlShutdown()
-    finally:
-        sim.close()
+    _, real = played({"model": "H100-80GB"})
     real["gpu"]["virtualization mode"] = ("ok", 1)
     real["gpu"]["NVLink 0 state"] = ("error", "NotSupported")
     fake = smoke.fake_answers("NVIDIA H100 80GB HBM3", None)
