@@ -23,7 +23,7 @@ from exporter.backend.dcgm_bindings import Bindings
 from exporter.backend.dcgm_session import DcgmAddress, DcgmSession
 from exporter.backend.dcgm_source import DcgmReading, DcgmSource, NvmlView
 from exporter.backend.dcgm_values import (
-    DEVICE_PROVIDES, PROFILING_FIELDS, PROFILING_PROVIDES, activity_values, device_values,
+    DEVICE_PROVIDES, PROFILING_PROVIDES, activity_values, device_values,
 )
 from exporter.snapshot import Activity, GpuInfo, Snapshot
 
@@ -32,7 +32,6 @@ _PLAIN: dict[type, bool] = {}  # dataclass -> copied without its __init__ (see r
 _NONE: dict = {}  # no values (read only)
 _new_object = object.__new__
 _NO_ACTIVITY = Activity()  # the Activity each poll's ones are copied from (see replace)
-_PROFILING_ITEMS = tuple(PROFILING_FIELDS.items())
 
 
 def activity(values) -> Activity:
@@ -43,11 +42,7 @@ def activity(values) -> Activity:
     new = _new_object(Activity)
     attributes = new.__dict__
     attributes.update(_NO_ACTIVITY.__dict__)
-    for fid, pipe in _PROFILING_ITEMS:
-        value = values.get(fid)
-        if value is not None:
-            value = float(value)
-            attributes[pipe] = value if 0.0 < value <= 1.0 else min(1.0, max(0.0, value))
+    attributes.update(activity_values(values))
     return new
 
 

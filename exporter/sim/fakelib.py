@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import pynvml
 
+from exporter.catalog import driver_branch
 from exporter.sim.fakelib_base import ImplBase
 from exporter.sim.fakelib_board import BoardCalls
 from exporter.sim.fakelib_ci import ComputeInstanceCalls
@@ -144,4 +145,4 @@ class FakeNvmlLib:
 def _branch(driver_version: str) -> int:
     """580 for "580.95.05". The symbol table's oldest branch stands for every older one too
     (nvml_symbols), so a 470 or 510 scenario exports what R535 does, not nothing."""
-    return max(int(driver_version.split(".")[0]), min(SYMBOLS_BY_BRANCH))
+    return max(driver_branch(driver_version), min(SYMBOLS_BY_BRANCH))

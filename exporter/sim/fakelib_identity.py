@@ -151,7 +151,7 @@ class IdentityCalls:
         if not self._cc_capable(dev):
             return NOT_SUPPORTED
         ref._obj.protectedMemSizeKib = 0
-        ref._obj.unprotectedMemSizeKib = (dev.model.memory_total_mib - dev.model.memory_reserved_mib) * 1024
+        ref._obj.unprotectedMemSizeKib = dev.model.memory_capacity_bytes // 1024
         return SUCCESS
 
     def nvmlDeviceGetConfComputeProtectedMemoryUsage(self, handle, ref):

@@ -17,7 +17,7 @@ import ctypes
 
 import pynvml
 
-from exporter.catalog import MigProfile, remaining_capacity
+from exporter.catalog import MigProfile, driver_branch, remaining_capacity
 from exporter.sim.fakelib_base import (
     INSUFFICIENT_SIZE, INVALID_ARGUMENT, KIND_CI, KIND_GI, NOT_FOUND, NOT_SUPPORTED, SUCCESS,
     VERSION_MISMATCH, Dev, array_length, decode, encode, out, out_handle, value,
@@ -135,7 +135,7 @@ class MigCalls:
             return dev
         if not dev.model.mig_capable:
             return NOT_SUPPORTED
-        if not 0 <= value(index) < profile_count(int(self._driver_version.split(".")[0])):
+        if not 0 <= value(index) < profile_count(driver_branch(self._driver_version)):
             return INVALID_ARGUMENT
         profile = dev.model.profile_by_enum(value(index))
         if profile is None:
