@@ -10,7 +10,10 @@ interval that ends there). The rules (docs/kubernetes.md, "Accounting"):
 - energy joules += the GPU's energy over the interval (``nvmlDeviceGetTotalEnergyConsumption``
   difference, else power x seconds) x the pod's SM share. What no pod's share covers (idle
   time, host processes, MPS servers, unknown shares) goes to the GPU's unattributed row
-  (namespace "" and pod ""), so a GPU's rows always add up to its energy.
+  (namespace "" and pod ""), so a GPU's rows always add up to its energy. The NVML backend
+  reads the counter every 10 s and repeats the reading in between (one read costs ~4 ms on an
+  H100): polls whose counter has not moved book no energy yet, and the next difference is
+  split by each pod's SM share x seconds over all the polls since the last one.
 
 Totals are kept per (GPU, gi, namespace, pod) and per (GPU, namespace). A pod's totals live
 on while it has no process on the GPU (its processes come and go: the counter continues) and
@@ -67,6 +70,8 @@ class Accounting:
         self._last_seen: dict[RowKey, float] = {}
         self._clock: dict[str, float] = {}  # GPU uuid -> clock of its last good poll
         self._energy: dict[str, float] = {}  # GPU uuid -> its energy counter then
+        # GPU uuid -> (seconds, {row: SM share x seconds}) since the counter last moved
+        self._pending: dict[str, tuple[float, dict[RowKey, float]]] = {}
         self._observed: Snapshot | None = None
         self.pod_gpus: set[str] = set()  # GPUs on which a pod has ever been seen or allocated
 
@@ -98,17 +103,29 @@ class Accounting:
         total_share = sum(r.sm_share or 0.0 for r in attributed)
         scale = 1.0 / total_share if total_share > 1.0 else 1.0  # rounding in MIG activities
         split = energy is not None and elapsed <= MAX_GAP_SECONDS
-        pods_energy = 0.0
+        seconds, weights = self._pending.pop(gpu.uuid, (0.0, {}))
+        if not split:
+            seconds, weights = 0.0, {}  # a gap or an unknown counter: the window starts again
+        this_poll = {}
         for row in rows:
             key = (row.gpu, row.uuid, row.gi, row.namespace, row.pod)
             self._last_seen[key] = now
             # A pod's energy follows its SM share: unknown share, unknown energy (not 0).
             row_energy = None if row.attributed and row.sm_share is None else 0.0
             if split and row.attributed and row.sm_share is not None:
-                row_energy = energy * row.sm_share * scale
-                pods_energy += row_energy
+                this_poll[key] = row.sm_share * scale
+                weights[key] = weights.get(key, 0.0) + row.sm_share * scale * span
             self._add(key, None if row.memory_bytes is None else row.memory_bytes * span,
                       None if row.sm_share is None else row.sm_share * span, row_energy)
+        pods_energy = 0.0
+        if split and energy == 0.0:  # the counter has not moved (read every 10 s): book later
+            self._pending[gpu.uuid] = (seconds + span, weights)
+        elif split:
+            seconds += span
+            shares = {k: w / seconds for k, w in weights.items()} if seconds > 0 else this_poll
+            for key, share in shares.items():
+                self._add(key, None, None, energy * share)
+                pods_energy += energy * share
         if energy is not None:
             rest = (gpu.index, gpu.uuid, None) + UNATTRIBUTED
             self._last_seen[rest] = now

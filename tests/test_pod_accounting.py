@@ -189,6 +189,26 @@ def test_sums_and_monotonic_for_any_time_sliced_history(history):
     assert math.isclose(booked, energy - history[0][3], rel_tol=1e-9, abs_tol=1e-6)
 
 
+def test_a_counter_read_every_ten_seconds_is_split_by_the_shares_over_those_seconds():
+    """The NVML backend reads the energy counter every 10 s and repeats the reading in between:
+    the difference is booked by each pod's SM share x seconds since the last reading, not by the
+    shares of the poll that happens to read it. Pod a runs alone for 5 s, then pod b for 5 s,
+    and the counter moves 1000 J once, at the end: 500 J each."""
+    accounting = Accounting()
+    for step in range(11):
+        pod = "a" if step <= 5 else "b"
+        proc = ProcessInfo(100 if pod == "a" else 101, "p", "", 0, None, None, GIB, 1.0, namespace="ns", pod=pod)
+        gpu = _gpu([proc], 1.0, GIB, 1000.0 if step == 10 else 0.0)
+        accounting.observe(Snapshot(timestamp=1000.0 + step, backend="nvml", driver_version="",
+                                    poll_duration_seconds=0.0, gpus=(gpu,)))
+        if 0 < step < 10:  # not moved yet: the pods appear, with nothing booked
+            assert {k[4]: t.energy_joules for k, t in accounting.rows.items() if k[4]} == (
+                {"a": 0.0} if step <= 5 else {"a": 0.0, "b": 0.0})
+    energy = {k[4]: t.energy_joules for k, t in accounting.rows.items()}
+    assert energy["a"] == pytest.approx(500.0) and energy["b"] == pytest.approx(500.0)
+    assert sum(energy.values()) == pytest.approx(1000.0)
+
+
 def test_unknown_sm_share_books_no_sm_seconds_and_no_energy():
     """A MIG pod on an A100 read through NVML (no GPM, so its instance's SM activity is unknown):
     memory byte-seconds accrue, SM-seconds and joules are absent rather than 0; through DCGM,
