@@ -75,7 +75,7 @@ def served(*extra: str):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "exporter", "serve", "--listen", f"127.0.0.1:{port}",
-                             "--interval", "1", "--log-level", "warning", *extra], cwd=REPO,
+                             "--log-level", "warning", *extra], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}/metrics"
     try:
@@ -106,7 +106,7 @@ def scrape(url: str) -> bytes | None:
 
 def serve_and_lint(save: str | None = None) -> bool:
     """`exporter serve`; promtool check metrics on its /metrics (kept in ``save`` when given)."""
-    with served() as (_, _, body):
+    with served("--interval", "1") as (_, _, body):
         if body is None:
             return False
         series = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
