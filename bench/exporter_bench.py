@@ -44,8 +44,8 @@ MODES = {
     "full": (("mixed", Variant(8, 300)),
              (Variant(1, 10), Variant(1, 100), Variant(8, 10), Variant(8, 1000), Variant(16, 300),
               Variant(16, 1000), Variant(8, 300, all_mig=True)),
-             8, Timing(warmup=3, idle=8, load=5), Timing(warmup=2, idle=4, load=4, levels=(10,))),
-    "quick": (("mixed",), (Variant(1, 10),), 3, Timing(warmup=1.5, idle=3, load=2),
+             15, Timing(warmup=3, idle=8, load=5), Timing(warmup=2, idle=4, load=4, levels=(10,))),
+    "quick": (("mixed",), (Variant(1, 10),), 15, Timing(warmup=1.5, idle=3, load=2),
               Timing(warmup=1, idle=2, load=2, levels=(10,))),
     "smoke": ((Variant(1, 10),), (), 2, Timing(warmup=0.5, idle=1, load=0.5, levels=(1, 10)), None),
 }
