@@ -8,11 +8,12 @@ not growing, the contention ETA and stagger advice when no contention is predict
 from __future__ import annotations
 
 from dataclasses import replace
+from operator import attrgetter
 
 from prometheus_client.metrics_core import Metric
 
-from exporter.collectors.base import Families, Family, Spec, gi_label, gpu_labels
-from exporter.collectors.instances import POD, group, known_total, with_mode_labels
+from exporter.collectors.base import Block, Families, Family, Spec, gi_label, gpu_labels
+from exporter.collectors.instances import POD, GroupPlans, known_total, with_mode_labels
 from exporter.collectors.process import PROCESS
 from exporter.foresight.forecast import BASES
 from exporter.foresight.result import DeviceRow
@@ -119,6 +120,7 @@ class ForecastCollector:
         self._peak = with_mode_labels(EXPECTED_PEAK, process_series)
         at_contention = with_mode_labels(AT_CONTENTION, process_series)
         self._at_contention = replace(at_contention, labels=at_contention.labels + ("basis",))
+        self._plans = GroupPlans(_ROW_KEY, _row_plan_fields, process_series)  # group() of _row_fields
 
     def section_ok(self) -> bool:
         """False when the last Foresight.observe() failed (the previous forecast is still served)."""
@@ -135,10 +137,11 @@ class ForecastCollector:
         by_gpu: dict[tuple[int, str], list] = {}
         for row in result.processes:
             by_gpu.setdefault((row.gpu, row.uuid), []).append(row)
+        plans = self._plans
         for (index, uuid), rows in by_gpu.items():
             # The same series as gpushare_process_memory_used_bytes: peaks of a container (or
             # replica slot) add up like its memory does.
-            for labels, members in group(rows, gpu_labels(index, uuid), _row_fields, self.mode):
+            for labels, members in plans.series(rows, gpu_labels(index, uuid)):
                 if len(members) == 1:
                     out.add(self._peak, labels, members[0].expected_peak_bytes)
                     out.add(self._at_contention, labels + (members[0].basis,), members[0].at_contention_bytes)
@@ -149,10 +152,7 @@ class ForecastCollector:
         for device in result.devices:
             _add_device(out, device)
         for label, profile in result.profiles:
-            out.add(PROFILE_PEAK, (label,), profile.peak_bytes)
-            out.add(PROFILE_DURATION, (label,), profile.duration_seconds)
-            out.add(PROFILE_OFFSET, (label,), profile.peak_offset_seconds)
-            out.add(PROFILE_RUNS, (label,), profile.runs)
+            out.put(_PROFILE, (label,), _profile_values(profile))
         for index, uuid, hit, missed, oom, none in result.outcomes:
             ids = gpu_labels(index, uuid)
             out.add(SUSPECTED_OOM, ids + ("true",), hit)
@@ -177,18 +177,30 @@ def _row_fields(row):
             row.container, row.replica)
 
 
+# _row_fields from the same fields read in one step (GroupPlans keeps group()'s answer per key).
+_ROW_KEY = attrgetter("gi", "pid", "process", "sharing", "workload", "namespace", "pod", "container", "replica")
+
+
+def _row_plan_fields(key: tuple, _context: object):
+    return (gi_label(key[0]), str(key[1])) + key[2:]
+
+
+# A device's forecast series, in the order they are written (_add_device).
+_DEVICE_ORDER = ("demand", "sum", "headroom", "contention", "stagger", "exhaustion", "slowdown", "confidence")
+_GPU_BLOCK = Block(*(GPU_SPECS[key] for key in _DEVICE_ORDER))
+_MIG_BLOCK = Block(*(MIG_SPECS[key] for key in _DEVICE_ORDER))
+_forecast_values = attrgetter("peak_demand_bytes", "peak_sum_bytes", "headroom_bytes", "contention_in_seconds",
+                              "stagger_seconds")
+_PROFILE = Block(PROFILE_PEAK, PROFILE_DURATION, PROFILE_OFFSET, PROFILE_RUNS)
+_profile_values = attrgetter("peak_bytes", "duration_seconds", "peak_offset_seconds", "runs")
+
+
 def _add_device(out: Families, device: DeviceRow) -> None:
     """The forecast series of one GPU or MIG instance."""
     if device.gi is None:
-        specs, ids = GPU_SPECS, gpu_labels(device.gpu, device.uuid)
+        block, ids = _GPU_BLOCK, gpu_labels(device.gpu, device.uuid)
     else:
-        specs, ids = MIG_SPECS, gpu_labels(device.gpu, device.uuid) + (gi_label(device.gi), device.profile)
+        block, ids = _MIG_BLOCK, gpu_labels(device.gpu, device.uuid) + (gi_label(device.gi), device.profile)
     forecast = device.forecast
-    out.add(specs["demand"], ids, forecast.peak_demand_bytes)
-    out.add(specs["sum"], ids, forecast.peak_sum_bytes)
-    out.add(specs["headroom"], ids, forecast.headroom_bytes)
-    out.add(specs["contention"], ids, forecast.contention_in_seconds)
-    out.add(specs["stagger"], ids, forecast.stagger_seconds)
-    out.add(specs["exhaustion"], ids, device.exhaustion_eta_seconds)
-    out.add(specs["slowdown"], ids, forecast.slowdown)
-    out.add(specs["confidence"], ids, device.confidence)
+    out.put(block, ids, _forecast_values(forecast) + (device.exhaustion_eta_seconds, forecast.slowdown,
+                                                      device.confidence))

@@ -8,10 +8,11 @@ so a server with no clients is visible.
 from __future__ import annotations
 
 from collections import Counter
+from operator import attrgetter
 
-from exporter.collectors.base import Families, SnapshotCollector, Spec, gi_label, gpu_labels
+from exporter.collectors.base import Block, Families, SnapshotCollector, Spec, gi_label, gpu_labels
 from exporter.collectors.instances import POD, total, with_mode_labels
-from exporter.collectors.process import PROCESS, process_series
+from exporter.collectors.process import PROCESS, process_plans
 from exporter.snapshot import Snapshot
 
 DEVICE = ("gpu", "uuid", "gi")
@@ -39,6 +40,9 @@ CLIENT_ACTIVE_THREADS = Spec(
 )
 
 
+_limits = attrgetter("mps_memory_limit_bytes", "mps_active_thread_ratio")
+
+
 class MpsCollector(SnapshotCollector):
     """Exports the MPS families listed in docs/metrics.md."""
 
@@ -50,6 +54,8 @@ class MpsCollector(SnapshotCollector):
         self.mode = mode
         self._limit = with_mode_labels(CLIENT_MEMORY_LIMIT, mode)
         self._threads = with_mode_labels(CLIENT_ACTIVE_THREADS, mode)
+        self._block = Block(self._limit, self._threads)
+        self._plans = process_plans(mode)
 
     def families(self, snapshot: Snapshot) -> Families:
         out = Families()
@@ -59,22 +65,23 @@ class MpsCollector(SnapshotCollector):
         for gpu in snapshot.gpus:
             if not gpu.up:
                 continue
-            ids = gpu_labels(gpu.index, gpu.uuid)
             clients = [p for p in gpu.processes if p.is_mps_client]
+            if not clients and not gpu.mps_servers:
+                continue  # no MPS on this GPU: no series (most GPUs of a node)
+            ids = gpu_labels(gpu.index, gpu.uuid)
             per_device = Counter(gi_label(p.gi) for p in clients)
             for server in sorted(gpu.mps_servers, key=lambda s: (gi_label(s.gi), s.pid)):
                 out.add(SERVER_INFO, ids + (gi_label(server.gi), str(server.pid)), 1)
                 per_device.setdefault(gi_label(server.gi), 0)
             for gi in sorted(per_device):
                 out.add(CLIENTS, ids + (gi,), per_device[gi] if counts_known else None)
-            for labels, members in process_series(gpu, clients, self.mode):
+            for labels, members in self._plans.series(clients, ids, gpu.sharing):
                 # A container's clients together may pin the sum of their limits and use the
                 # sum of their SM shares (at most all of them); unknown if any is unlimited.
                 if len(members) == 1:
-                    out.add_all(labels, ((self._limit, members[0].mps_memory_limit_bytes),
-                                         (self._threads, members[0].mps_active_thread_ratio)))
+                    out.put(self._block, labels, _limits(members[0]))
                     continue
                 threads = total([p.mps_active_thread_ratio for p in members])
-                out.add_all(labels, ((self._limit, total([p.mps_memory_limit_bytes for p in members])),
-                                     (self._threads, None if threads is None else min(1.0, threads))))
+                out.put(self._block, labels, (total([p.mps_memory_limit_bytes for p in members]),
+                                              None if threads is None else min(1.0, threads)))
         return out
