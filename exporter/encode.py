@@ -157,7 +157,7 @@ def _series_plan(spec) -> tuple:
         for key in spec.labels:
             _check_name(key, _PLAIN_LABEL_NAME)
     except _NotSimple:
-        plan = (None, None, "", None, {}, [None, None, ""])
+        plan = (None, None, "", None, {}, [None])
     else:
         text_head = om_head = None
         shown = name + _TEXT_NAME_SUFFIX.get(kind, "")
@@ -174,7 +174,7 @@ def _series_plan(spec) -> tuple:
         # Checked names hold only [a-zA-Z0-9_], so no "%" reaches the template but the slots.
         template = f"{sample}{{{block}}} " if block else f"{sample} "
         reorder = None if order == sorted(order) else itemgetter(*order)
-        plan = (text_head, om_head, template, reorder, {}, [None, None, ""])
+        plan = (text_head, om_head, template, reorder, {}, [None])
     if len(_series_plans) < _CHECKED_LIMIT:
         _series_plans[spec] = plan
         _plans_by_id[id(spec)] = (spec, plan)
@@ -192,13 +192,16 @@ def _write_series(family, plan: tuple, append: Callable[[str], None]) -> None:
     # engines, error counters): their lines are written again as one piece. "The same" is
     # exact: the same label values in the same order (tuples of str compare exactly) and the
     # same bits of every value (an array of doubles), so 0.0 and -0.0, equal as floats, differ.
-    last = plan[5]
+    # The previous lines are one (keys, bits, text) tuple, read and replaced in one step: a
+    # scrape's encode on the event loop may run beside the poll thread's.
+    memo = plan[5]
+    last = memo[0]
     keys = tuple(rows)
     try:
         bits = array("d", rows.values()).tobytes()
     except (TypeError, OverflowError):  # not all floats: written one by one, not remembered
         bits = None
-    if bits is not None and bits == last[1] and keys == last[0]:
+    if last is not None and bits is not None and bits == last[1] and keys == last[0]:
         append(last[2])
         return
     prefixes = plan[4]
@@ -214,7 +217,7 @@ def _write_series(family, plan: tuple, append: Callable[[str], None]) -> None:
         add(line_of(value) or ("0.0\n" if value == 0.0 and copysign(1.0, value) > 0 else _value_line(value)))
     text = "".join(lines)
     if bits is not None:
-        last[:] = (keys, bits, text)
+        memo[0] = (keys, bits, text)
     append(text)
 
 

@@ -83,10 +83,28 @@ class GroupPlans:
     def series(self, items: Sequence[T], ids: tuple[str, str], context: object = None,
                ) -> list[tuple[tuple[str, ...], tuple[T, ...]]]:
         """(label values, members) per series of ``items`` on the device ``ids``, as group()."""
+        if not items:
+            self._check_mode()
+            return []
+        entries, _ = self._plan_of(items, ids, context)
+        return [((labels, (pick(items),)) if single else (labels, pick(items))) for labels, pick, single in entries]
+
+    def singles(self, items: Sequence[T], ids: tuple[str, str], context: object = None,
+                ) -> tuple[tuple[tuple[str, ...], ...], tuple[T, ...]] | None:
+        """(every series' label values, its one member) when each series of ``items`` has one
+        member (pid mode, and pod mode outside Kubernetes), in series() order; else None."""
+        if not items:
+            self._check_mode()
+            return (), ()
+        _, singles = self._plan_of(items, ids, context)
+        return None if singles is None else (singles[0], singles[1](items))
+
+    def _check_mode(self) -> None:
         if self._mode not in MODES:  # as group(), at every call
             raise ValueError(f"unknown process series mode {self._mode!r}")
-        if not items:
-            return []
+
+    def _plan_of(self, items: Sequence[T], ids: tuple[str, str], context: object) -> tuple:
+        self._check_mode()
         keys = tuple(map(self._key, items))
         plan_key = (ids, context, keys)
         plan = self._plans.get(plan_key)
@@ -95,16 +113,25 @@ class GroupPlans:
             if len(self._plans) >= self.KEPT:
                 self._plans.clear()
             self._plans[plan_key] = plan
-        return [((labels, (pick(items),)) if single else (labels, pick(items))) for labels, pick, single in plan]
+        return plan
 
     def _plan(self, keys: tuple, ids: tuple[str, str], context: object) -> tuple:
+        """((label values, member getter, one member?) per series, (labels, getter of the members)
+        when every series has one member, else None)."""
         positions = range(len(keys))
         if self._order is not None:
             order = self._order
             positions = sorted(positions, key=lambda i: order(keys[i]))
         fields = self._fields
         grouped = group(positions, ids, lambda i: fields(keys[i], context), self._mode)
-        return tuple((labels, itemgetter(*members), len(members) == 1) for labels, members in grouped)
+        entries = tuple((labels, itemgetter(*members), len(members) == 1) for labels, members in grouped)
+        singles = None
+        if all(len(members) == 1 for _, members in grouped):
+            firsts = [members[0] for _, members in grouped]
+            pick = itemgetter(*firsts)
+            singles = (tuple(labels for labels, _ in grouped),
+                       pick if len(firsts) > 1 else (lambda items, one=pick: (one(items),)))
+        return entries, singles
 
 
 def _fill_replicas(rows: list) -> list:

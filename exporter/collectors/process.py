@@ -131,10 +131,20 @@ class ProcessCollector(SnapshotCollector):
     def families(self, snapshot: Snapshot) -> Families:
         out = Families()
         block, plans = self._block, self._plans
+        seen = set()  # GPUs written: a repeated one (a broken snapshot) goes series by series
         for gpu in snapshot.gpus:
             if not gpu.up:
                 continue
-            for labels, members in plans.series(gpu.processes, gpu_labels(gpu.index, gpu.uuid), gpu.sharing):
+            ids = gpu_labels(gpu.index, gpu.uuid)
+            if ids not in seen:
+                seen.add(ids)
+                singles = plans.singles(gpu.processes, ids, gpu.sharing)
+                # One process per series (pid mode; pod mode outside Kubernetes): each family's
+                # series of the GPU in one step, once both families exist.
+                if singles is not None and out.put_columns(block, singles[0], (
+                        tuple(map(_MEMORY, singles[1])), tuple(map(_SM, singles[1])))):
+                    continue
+            for labels, members in plans.series(gpu.processes, ids, gpu.sharing):
                 if len(members) == 1:  # the common case, and every series in pid mode
                     out.put(block, labels, _values(members[0]))
                     continue
@@ -144,3 +154,4 @@ class ProcessCollector(SnapshotCollector):
 
 
 _values = attrgetter("used_memory_bytes", "sm_utilization_ratio")
+_MEMORY, _SM = attrgetter("used_memory_bytes"), attrgetter("sm_utilization_ratio")
