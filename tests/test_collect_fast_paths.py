@@ -239,3 +239,26 @@ def test_remembered_lines_follow_every_change_of_labels_order_and_value_bits(no_
 def test_polls_of_changing_rows_encode_as_the_library(polls):
     for rows in polls:
         encode_rows([((gpu, "u"), v) for gpu, v in rows])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_process_and_mps_series_of_a_repeated_gpu_are_written_once(mode):
+    """A GPU listed twice (a broken snapshot) gives its series once, with the first values."""
+    from exporter.collectors.mps import MpsCollector
+    from exporter.collectors.process import ProcessCollector
+    from tests.snapshot_samples import rich_snapshot
+
+    snapshot = rich_snapshot()
+    def other_values(p):  # known values changed, unknown ones left unknown (a later known one would be new)
+        return replace(p, used_memory_bytes=None if p.used_memory_bytes is None else 1,
+                       mps_memory_limit_bytes=None if p.mps_memory_limit_bytes is None else 2)
+
+    doubled = replace(snapshot, gpus=snapshot.gpus + tuple(
+        replace(gpu, processes=tuple(map(other_values, gpu.processes))) for gpu in snapshot.gpus))
+    for collector in (ProcessCollector, MpsCollector):
+        once = collector(lambda: snapshot, mode)
+        twice = collector(lambda: doubled, mode)
+        for _ in range(2):  # the second time from the kept plans
+            expected = [(f.spec.name, list(f.rows.items())) for f in once.families(snapshot).series()]
+            assert expected and [(f.spec.name, list(f.rows.items()))
+                                 for f in twice.families(doubled).series()] == expected

@@ -41,6 +41,7 @@ CLIENT_ACTIVE_THREADS = Spec(
 
 
 _limits = attrgetter("mps_memory_limit_bytes", "mps_active_thread_ratio")
+_LIMIT, _THREADS = attrgetter("mps_memory_limit_bytes"), attrgetter("mps_active_thread_ratio")
 
 
 class MpsCollector(SnapshotCollector):
@@ -62,6 +63,7 @@ class MpsCollector(SnapshotCollector):
         # A client list that failed this poll gives no count at all (not 0, not a partial count);
         # the section flag is per poll, so every device's count is held back for that poll.
         counts_known = snapshot.section_ok.get("mps", True) and snapshot.section_ok.get("process", True)
+        seen = set()  # GPUs written: a repeated one (a broken snapshot) goes series by series
         for gpu in snapshot.gpus:
             if not gpu.up:
                 continue
@@ -75,6 +77,14 @@ class MpsCollector(SnapshotCollector):
                 per_device.setdefault(gi_label(server.gi), 0)
             for gi in sorted(per_device):
                 out.add(CLIENTS, ids + (gi,), per_device[gi] if counts_known else None)
+            if ids not in seen:
+                seen.add(ids)
+                singles = self._plans.singles(clients, ids, gpu.sharing)
+                # One client per series: each family's series of the GPU in one step, as in
+                # the process collector.
+                if singles is not None and out.put_columns(self._block, singles[0], (
+                        tuple(map(_LIMIT, singles[1])), tuple(map(_THREADS, singles[1])))):
+                    continue
             for labels, members in self._plans.series(clients, ids, gpu.sharing):
                 # A container's clients together may pin the sum of their limits and use the
                 # sum of their SM shares (at most all of them); unknown if any is unlimited.
