@@ -1,9 +1,8 @@
 """The collect and encode shortcuts of issue 22's fifth pass give what the series-by-series way
-gives: Families.put / put_column / put_columns against add / add_all (the same series, values,
-first-use family order and first-value-wins), GroupPlans against group() on real simulator
-snapshots poll after poll, the health collector's NVLink columns against the per-link way, and
-the encoder's remembered family lines against the library's encoding when values flip between
-0.0 and -0.0, move or change."""
+gives: Families.put / put_column against add / add_all (the same series, values, first-use
+family order and first-value-wins), the health collector's NVLink columns against the per-link
+way, and the encoder's remembered family lines against the library's encoding when values flip
+between 0.0 and -0.0, move or change."""
 
 from __future__ import annotations
 
@@ -15,14 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter import encode
-from exporter.backend.sim import SimBackend
-from exporter.collectors.base import Block, Families, Spec, gpu_labels
+from exporter.collectors.base import Block, Families, Spec
 from exporter.collectors.health import NVLINK_ERRORS, NVLINK_RX, NVLINK_TX, NVLINK_UP, HealthCollector
-from exporter.collectors.instances import MODES, GroupPlans, group
-from exporter.collectors.process import process_plans, process_series
-from exporter.poller import Poller
 from exporter.snapshot import NvLink
-from tests.conftest import SCENARIOS
 from tests.test_encode import assert_same_bytes, no_fallback  # noqa: F401 - a fixture
 
 A = Spec("gpushare_fast_a_bytes", "gauge", "a", ("gpu", "uuid"), "bytes")
@@ -85,67 +79,6 @@ def test_put_column_is_add_by_add(links, before, data):
     assert shape(fast) == shape(slow)
     with pytest.raises(ValueError):
         fast.put_column(A, (("0",),), (1.0,))
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(value, value, value), max_size=6))
-def test_put_columns_is_put_by_put_once_the_families_exist(rows):
-    labels = tuple((str(i), "u") for i in range(len(rows)))
-    columns = tuple(zip(*rows)) if rows else ((), (), ())
-    fast, slow = Families(), Families()
-    assert fast.put_columns(BLOCK, labels, columns) is False and not fast.series()  # families not made yet
-    for out in (fast, slow):
-        out.put(BLOCK, ("first", "u"), (1, 2, 3))
-    assert fast.put_columns(BLOCK, labels, columns) is True
-    for labels_, values in zip(labels, rows):
-        slow.put(BLOCK, labels_, values)
-    assert shape(fast) == shape(slow)
-
-
-def snapshots(name: str, start: int, polls: int):
-    backend = SimBackend(SCENARIOS / f"{name}.yaml")
-    poller = Poller(backend, interval=1.0)
-    backend.open()
-    try:
-        for t in range(start, start + polls):
-            backend.step_to(t)
-            poller.poll_once()
-            yield poller.exposition.snapshot
-    finally:
-        backend.close()
-
-
-@pytest.mark.parametrize("name,start", [("h100-mixed-node", 595), ("k8s-shared-node", 20), ("faults-demo", 180)])
-def test_process_plans_are_process_series_poll_after_poll(name, start):
-    """Every mode, every GPU, eight polls (processes start and end in between): the same series,
-    labels and members, also when a poll repeats its predecessor's process set (the kept plan)."""
-    plans = {mode: process_plans(mode) for mode in MODES}
-    compared = 0
-    for snapshot in snapshots(name, start, 8):
-        for gpu in snapshot.gpus:
-            ids = gpu_labels(gpu.index, gpu.uuid)
-            for mode, kept in plans.items():
-                expected = [(labels, list(members)) for labels, members in process_series(gpu, gpu.processes, mode)]
-                for _ in range(2):  # worked out, then kept
-                    got = kept.series(gpu.processes, ids, gpu.sharing)
-                    assert [(labels, list(members)) for labels, members in got] == expected
-                    singles = kept.singles(gpu.processes, ids, gpu.sharing)
-                    if all(len(members) == 1 for _, members in expected):
-                        assert singles == (tuple(labels for labels, _ in expected),
-                                           tuple(members[0] for _, members in expected))
-                    else:
-                        assert singles is None
-                compared += len(expected)
-    assert compared > 20
-
-
-def test_group_plans_reject_an_unknown_mode_at_each_call_as_group_does():
-    plans = GroupPlans(lambda item: item, lambda key, _: key, "bogus")
-    for items in ([], [("x",)]):
-        with pytest.raises(ValueError):
-            plans.series(items, ("0", "u"))
-        with pytest.raises(ValueError):
-            group(items, ("0", "u"), lambda item: item, "bogus")
 
 
 def health_rows(links: tuple[NvLink, ...], gpus: int = 1, same_ids: bool = False) -> list:
@@ -240,25 +173,3 @@ def test_polls_of_changing_rows_encode_as_the_library(polls):
     for rows in polls:
         encode_rows([((gpu, "u"), v) for gpu, v in rows])
 
-
-@pytest.mark.parametrize("mode", MODES)
-def test_process_and_mps_series_of_a_repeated_gpu_are_written_once(mode):
-    """A GPU listed twice (a broken snapshot) gives its series once, with the first values."""
-    from exporter.collectors.mps import MpsCollector
-    from exporter.collectors.process import ProcessCollector
-    from tests.snapshot_samples import rich_snapshot
-
-    snapshot = rich_snapshot()
-    def other_values(p):  # known values changed, unknown ones left unknown (a later known one would be new)
-        return replace(p, used_memory_bytes=None if p.used_memory_bytes is None else 1,
-                       mps_memory_limit_bytes=None if p.mps_memory_limit_bytes is None else 2)
-
-    doubled = replace(snapshot, gpus=snapshot.gpus + tuple(
-        replace(gpu, processes=tuple(map(other_values, gpu.processes))) for gpu in snapshot.gpus))
-    for collector in (ProcessCollector, MpsCollector):
-        once = collector(lambda: snapshot, mode)
-        twice = collector(lambda: doubled, mode)
-        for _ in range(2):  # the second time from the kept plans
-            expected = [(f.spec.name, list(f.rows.items())) for f in once.families(snapshot).series()]
-            assert expected and [(f.spec.name, list(f.rows.items()))
-                                 for f in twice.families(doubled).series()] == expected

@@ -15,8 +15,6 @@ prometheus_client families for anything that wants them (a registry, the tests).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import compress, repeat
-from operator import is_not
 from typing import Callable, Iterable, Iterator
 
 from prometheus_client.metrics_core import (
@@ -245,28 +243,6 @@ class Families:
         for label_values, value in zip(labels, values):  # first value wins, as in add
             if label_values not in rows:
                 rows[label_values] = float(value)
-
-    def put_columns(self, block: "Block", labels: tuple[tuple[str, ...], ...],
-                    columns: tuple[tuple[float | bool | None, ...], ...]) -> bool:
-        """``put(block, labels[i], (columns[0][i], columns[1][i], ...))`` for every i, in order,
-        for a caller whose ``labels`` are distinct tuples of ``str``, none of them written to
-        the block's families before: each family's series stored in one step (None values
-        skipped). Only once every family of the block exists (their order on /metrics is then
-        settled); False, writing nothing, before that: the caller puts series by series."""
-        families = self._families
-        entries = [families.get(spec.name) for spec in block.specs]
-        if None in entries:
-            return False
-        if labels and len(labels[0]) != block.width:
-            spec = block.specs[0]
-            raise ValueError(f"{spec.name}: {len(labels[0])} label values for labels {spec.labels}")
-        for entry, column in zip(entries, columns):
-            if None in column:
-                known = tuple(map(is_not, column, repeat(None)))
-                entry[1].update(zip(compress(labels, known), map(float, compress(column, known))))
-            else:
-                entry[1].update(zip(labels, map(float, column)))
-        return True
 
     def rows(self, spec: Spec) -> dict[tuple[str, ...], float]:
         """The label values -> value map of ``spec``'s family, for a caller whose label sets are

@@ -13,7 +13,7 @@ from operator import attrgetter
 from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.base import Block, Families, Family, Spec, gi_label, gpu_labels
-from exporter.collectors.instances import POD, GroupPlans, known_total, with_mode_labels
+from exporter.collectors.instances import POD, group, known_total, with_mode_labels
 from exporter.collectors.process import PROCESS
 from exporter.foresight.forecast import BASES
 from exporter.foresight.result import DeviceRow
@@ -120,7 +120,6 @@ class ForecastCollector:
         self._peak = with_mode_labels(EXPECTED_PEAK, process_series)
         at_contention = with_mode_labels(AT_CONTENTION, process_series)
         self._at_contention = replace(at_contention, labels=at_contention.labels + ("basis",))
-        self._plans = GroupPlans(_ROW_KEY, _row_plan_fields, process_series)  # group() of _row_fields
 
     def section_ok(self) -> bool:
         """False when the last Foresight.observe() failed (the previous forecast is still served)."""
@@ -137,11 +136,10 @@ class ForecastCollector:
         by_gpu: dict[tuple[int, str], list] = {}
         for row in result.processes:
             by_gpu.setdefault((row.gpu, row.uuid), []).append(row)
-        plans = self._plans
         for (index, uuid), rows in by_gpu.items():
             # The same series as gpushare_process_memory_used_bytes: peaks of a container (or
             # replica slot) add up like its memory does.
-            for labels, members in plans.series(rows, gpu_labels(index, uuid)):
+            for labels, members in group(rows, gpu_labels(index, uuid), _row_fields, self.mode):
                 if len(members) == 1:
                     out.add(self._peak, labels, members[0].expected_peak_bytes)
                     out.add(self._at_contention, labels + (members[0].basis,), members[0].at_contention_bytes)
@@ -175,14 +173,6 @@ def weakest_basis(bases) -> str:
 def _row_fields(row):
     return (gi_label(row.gi), str(row.pid), row.process, row.sharing, row.workload, row.namespace, row.pod,
             row.container, row.replica)
-
-
-# _row_fields from the same fields read in one step (GroupPlans keeps group()'s answer per key).
-_ROW_KEY = attrgetter("gi", "pid", "process", "sharing", "workload", "namespace", "pod", "container", "replica")
-
-
-def _row_plan_fields(key: tuple, _context: object):
-    return (gi_label(key[0]), str(key[1])) + key[2:]
 
 
 # A device's forecast series, in the order they are written (_add_device).

@@ -18,7 +18,6 @@ workload's series are per-instance peaks.
 from __future__ import annotations
 
 from dataclasses import replace
-from operator import itemgetter
 from typing import Callable, Iterable, Sequence, TypeVar
 
 from exporter.collectors.base import Spec
@@ -58,80 +57,6 @@ def group(items: Iterable[T], ids: tuple[str, str], fields: Callable[[T], Fields
             labels = (gi, "", "", sharing, workload, "", "", "", str(replica))
         series.setdefault(ids + labels, []).append(item)
     return list(series.items())
-
-
-class GroupPlans:
-    """:func:`group`'s answer for one device's items, worked out once per set of series keys.
-
-    Which series a device's processes make, under which labels and with which members, depends
-    only on a few fields of each process that stay put for its life (pid, gi, name, identity,
-    replica...) and on the device; a poll mostly sees the processes of the poll before. So the
-    answer is kept as label values and member positions, keyed by those fields read in C
-    (``key``), and a poll that sees the same keys in the same order reuses it: the same series,
-    labels and members as group() gives, without working out labels, sorting or grouping
-    again. ``fields(key, context)`` gives group() an item's Fields from its key and the
-    device's ``context`` (the GPU's sharing mode for processes); ``order(key)``, when given,
-    sorts the items before they are grouped."""
-
-    KEPT = 256  # plans kept (about one per device and process set); all are forgotten when full
-
-    def __init__(self, key: Callable[[T], tuple], fields: Callable[[tuple, object], Fields], mode: str,
-                 order: Callable[[tuple], object] | None = None) -> None:
-        self._key, self._fields, self._mode, self._order = key, fields, mode, order
-        self._plans: dict[tuple, tuple] = {}
-
-    def series(self, items: Sequence[T], ids: tuple[str, str], context: object = None,
-               ) -> list[tuple[tuple[str, ...], tuple[T, ...]]]:
-        """(label values, members) per series of ``items`` on the device ``ids``, as group()."""
-        if not items:
-            self._check_mode()
-            return []
-        entries, _ = self._plan_of(items, ids, context)
-        return [((labels, (pick(items),)) if single else (labels, pick(items))) for labels, pick, single in entries]
-
-    def singles(self, items: Sequence[T], ids: tuple[str, str], context: object = None,
-                ) -> tuple[tuple[tuple[str, ...], ...], tuple[T, ...]] | None:
-        """(every series' label values, its one member) when each series of ``items`` has one
-        member (pid mode, and pod mode outside Kubernetes), in series() order; else None."""
-        if not items:
-            self._check_mode()
-            return (), ()
-        _, singles = self._plan_of(items, ids, context)
-        return None if singles is None else (singles[0], singles[1](items))
-
-    def _check_mode(self) -> None:
-        if self._mode not in MODES:  # as group(), at every call
-            raise ValueError(f"unknown process series mode {self._mode!r}")
-
-    def _plan_of(self, items: Sequence[T], ids: tuple[str, str], context: object) -> tuple:
-        self._check_mode()
-        keys = tuple(map(self._key, items))
-        plan_key = (ids, context, keys)
-        plan = self._plans.get(plan_key)
-        if plan is None:
-            plan = self._plan(keys, ids, context)
-            if len(self._plans) >= self.KEPT:
-                self._plans.clear()
-            self._plans[plan_key] = plan
-        return plan
-
-    def _plan(self, keys: tuple, ids: tuple[str, str], context: object) -> tuple:
-        """((label values, member getter, one member?) per series, (labels, getter of the members)
-        when every series has one member, else None)."""
-        positions = range(len(keys))
-        if self._order is not None:
-            order = self._order
-            positions = sorted(positions, key=lambda i: order(keys[i]))
-        fields = self._fields
-        grouped = group(positions, ids, lambda i: fields(keys[i], context), self._mode)
-        entries = tuple((labels, itemgetter(*members), len(members) == 1) for labels, members in grouped)
-        singles = None
-        if all(len(members) == 1 for _, members in grouped):
-            firsts = [members[0] for _, members in grouped]
-            pick = itemgetter(*firsts)
-            singles = (tuple(labels for labels, _ in grouped),
-                       pick if len(firsts) > 1 else (lambda items, one=pick: (one(items),)))
-        return entries, singles
 
 
 def _fill_replicas(rows: list) -> list:

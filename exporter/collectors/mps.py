@@ -8,11 +8,10 @@ so a server with no clients is visible.
 from __future__ import annotations
 
 from collections import Counter
-from operator import attrgetter
 
-from exporter.collectors.base import Block, Families, SnapshotCollector, Spec, gi_label, gpu_labels
+from exporter.collectors.base import Families, SnapshotCollector, Spec, gi_label, gpu_labels
 from exporter.collectors.instances import POD, total, with_mode_labels
-from exporter.collectors.process import PROCESS, process_plans
+from exporter.collectors.process import PROCESS, process_series
 from exporter.snapshot import Snapshot
 
 DEVICE = ("gpu", "uuid", "gi")
@@ -40,10 +39,6 @@ CLIENT_ACTIVE_THREADS = Spec(
 )
 
 
-_limits = attrgetter("mps_memory_limit_bytes", "mps_active_thread_ratio")
-_LIMIT, _THREADS = attrgetter("mps_memory_limit_bytes"), attrgetter("mps_active_thread_ratio")
-
-
 class MpsCollector(SnapshotCollector):
     """Exports the MPS families listed in docs/metrics.md."""
 
@@ -55,15 +50,12 @@ class MpsCollector(SnapshotCollector):
         self.mode = mode
         self._limit = with_mode_labels(CLIENT_MEMORY_LIMIT, mode)
         self._threads = with_mode_labels(CLIENT_ACTIVE_THREADS, mode)
-        self._block = Block(self._limit, self._threads)
-        self._plans = process_plans(mode)
 
     def families(self, snapshot: Snapshot) -> Families:
         out = Families()
         # A client list that failed this poll gives no count at all (not 0, not a partial count);
         # the section flag is per poll, so every device's count is held back for that poll.
         counts_known = snapshot.section_ok.get("mps", True) and snapshot.section_ok.get("process", True)
-        seen = set()  # GPUs written: a repeated one (a broken snapshot) goes series by series
         for gpu in snapshot.gpus:
             if not gpu.up:
                 continue
@@ -77,21 +69,14 @@ class MpsCollector(SnapshotCollector):
                 per_device.setdefault(gi_label(server.gi), 0)
             for gi in sorted(per_device):
                 out.add(CLIENTS, ids + (gi,), per_device[gi] if counts_known else None)
-            if ids not in seen:
-                seen.add(ids)
-                singles = self._plans.singles(clients, ids, gpu.sharing)
-                # One client per series: each family's series of the GPU in one step, as in
-                # the process collector.
-                if singles is not None and out.put_columns(self._block, singles[0], (
-                        tuple(map(_LIMIT, singles[1])), tuple(map(_THREADS, singles[1])))):
-                    continue
-            for labels, members in self._plans.series(clients, ids, gpu.sharing):
+            for labels, members in process_series(gpu, clients, self.mode):
                 # A container's clients together may pin the sum of their limits and use the
                 # sum of their SM shares (at most all of them); unknown if any is unlimited.
                 if len(members) == 1:
-                    out.put(self._block, labels, _limits(members[0]))
+                    out.add_all(labels, ((self._limit, members[0].mps_memory_limit_bytes),
+                                         (self._threads, members[0].mps_active_thread_ratio)))
                     continue
                 threads = total([p.mps_active_thread_ratio for p in members])
-                out.put(self._block, labels, (total([p.mps_memory_limit_bytes for p in members]),
-                                              None if threads is None else min(1.0, threads)))
+                out.add_all(labels, ((self._limit, total([p.mps_memory_limit_bytes for p in members])),
+                                     (self._threads, None if threads is None else min(1.0, threads))))
         return out

@@ -11,11 +11,10 @@ Kubernetes). What one series stands for (a pid, a container, a workload replica)
 from __future__ import annotations
 
 from functools import lru_cache
-from operator import attrgetter
 from typing import Callable, Iterable
 
-from exporter.collectors.base import Block, Families, SnapshotCollector, Spec, gi_label, gpu_labels
-from exporter.collectors.instances import POD, Fields, GroupPlans, group, share_total, total, with_mode_labels
+from exporter.collectors.base import Families, SnapshotCollector, Spec, gi_label, gpu_labels
+from exporter.collectors.instances import POD, Fields, group, known_total, share_total, total, with_mode_labels
 from exporter.foresight.workload import workload_label
 from exporter.snapshot import GpuInfo, ProcessInfo, Snapshot
 
@@ -76,35 +75,6 @@ def process_series(gpu: GpuInfo, processes: Iterable[ProcessInfo], mode: str) ->
     return group(ordered, gpu_labels(gpu.index, gpu.uuid), process_fields(gpu), mode)
 
 
-# What a process's series key is made of (see GroupPlans): the ProcessInfo fields that
-# process_fields reads, in one C-level read.
-_PLAN_KEY = attrgetter("gi", "pid", "name", "is_mps_client", "is_mps_server", "workload", "namespace", "pod",
-                       "container", "replica")
-
-
-def _plan_fields(key: tuple, sharing: str) -> Fields:
-    """process_fields of a process whose _PLAN_KEY is ``key``, on a GPU whose sharing mode is ``sharing``."""
-    gi, pid, name, mps_client, mps_server, workload, namespace, pod, container, replica = key
-    if mps_client or mps_server:  # as process_sharing
-        mode = "mig+mps" if gi is not None else "mps"
-    else:
-        mode = "mig" if gi is not None else sharing
-    return (gi_label(gi), str(pid), name, mode, cached_workload_label(workload) if workload else "", namespace, pod,
-            container, replica)
-
-
-def _plan_order(key: tuple) -> tuple:
-    """process_series' order: whole-GPU processes first, then by GPU instance, then by pid."""
-    gi = key[0]
-    return (gi is not None, gi or 0, key[1])
-
-
-def process_plans(mode: str) -> GroupPlans:
-    """process_series(gpu, processes, mode) as ``plans.series(processes, gpu_labels(...), gpu.sharing)``,
-    worked out once per set of processes (see GroupPlans)."""
-    return GroupPlans(_PLAN_KEY, _plan_fields, mode, _plan_order)
-
-
 def process_labels(gpu: GpuInfo, proc: ProcessInfo) -> tuple[str, ...]:
     """Label values shared by every per-process series (process and MPS collectors)."""
     return gpu_labels(gpu.index, gpu.uuid) + (
@@ -125,33 +95,17 @@ class ProcessCollector(SnapshotCollector):
         super().__init__(source)
         self.mode = mode
         self._memory, self._sm = with_mode_labels(MEMORY_USED, mode), with_mode_labels(SM_UTILIZATION, mode)
-        self._block = Block(self._memory, self._sm)
-        self._plans = process_plans(mode)
 
     def families(self, snapshot: Snapshot) -> Families:
         out = Families()
-        block, plans = self._block, self._plans
-        seen = set()  # GPUs written: a repeated one (a broken snapshot) goes series by series
         for gpu in snapshot.gpus:
             if not gpu.up:
                 continue
-            ids = gpu_labels(gpu.index, gpu.uuid)
-            if ids not in seen:
-                seen.add(ids)
-                singles = plans.singles(gpu.processes, ids, gpu.sharing)
-                # One process per series (pid mode; pod mode outside Kubernetes): each family's
-                # series of the GPU in one step, once both families exist.
-                if singles is not None and out.put_columns(block, singles[0], (
-                        tuple(map(_MEMORY, singles[1])), tuple(map(_SM, singles[1])))):
-                    continue
-            for labels, members in plans.series(gpu.processes, ids, gpu.sharing):
+            for labels, members in process_series(gpu, gpu.processes, self.mode):
                 if len(members) == 1:  # the common case, and every series in pid mode
-                    out.put(block, labels, _values(members[0]))
+                    out.add_all(labels, ((self._memory, members[0].used_memory_bytes),
+                                         (self._sm, members[0].sm_utilization_ratio)))
                     continue
-                out.put(block, labels, (total([p.used_memory_bytes for p in members]),
-                                        share_total([p.sm_utilization_ratio for p in members])))
+                out.add_all(labels, ((self._memory, total([p.used_memory_bytes for p in members])),
+                                     (self._sm, share_total([p.sm_utilization_ratio for p in members]))))
         return out
-
-
-_values = attrgetter("used_memory_bytes", "sm_utilization_ratio")
-_MEMORY, _SM = attrgetter("used_memory_bytes"), attrgetter("sm_utilization_ratio")
