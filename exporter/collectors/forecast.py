@@ -8,11 +8,10 @@ not growing, the contention ETA and stagger advice when no contention is predict
 from __future__ import annotations
 
 from dataclasses import replace
-from operator import attrgetter
 
 from prometheus_client.metrics_core import Metric
 
-from exporter.collectors.base import Block, Families, Family, Spec, gi_label, gpu_labels
+from exporter.collectors.base import Families, Family, Spec, gi_label, gpu_labels
 from exporter.collectors.instances import POD, group, known_total, with_mode_labels
 from exporter.collectors.process import PROCESS
 from exporter.foresight.forecast import BASES
@@ -150,7 +149,10 @@ class ForecastCollector:
         for device in result.devices:
             _add_device(out, device)
         for label, profile in result.profiles:
-            out.put(_PROFILE, (label,), _profile_values(profile))
+            out.add(PROFILE_PEAK, (label,), profile.peak_bytes)
+            out.add(PROFILE_DURATION, (label,), profile.duration_seconds)
+            out.add(PROFILE_OFFSET, (label,), profile.peak_offset_seconds)
+            out.add(PROFILE_RUNS, (label,), profile.runs)
         for index, uuid, hit, missed, oom, none in result.outcomes:
             ids = gpu_labels(index, uuid)
             out.add(SUSPECTED_OOM, ids + ("true",), hit)
@@ -175,22 +177,18 @@ def _row_fields(row):
             row.container, row.replica)
 
 
-# A device's forecast series, in the order they are written (_add_device).
-_DEVICE_ORDER = ("demand", "sum", "headroom", "contention", "stagger", "exhaustion", "slowdown", "confidence")
-_GPU_BLOCK = Block(*(GPU_SPECS[key] for key in _DEVICE_ORDER))
-_MIG_BLOCK = Block(*(MIG_SPECS[key] for key in _DEVICE_ORDER))
-_forecast_values = attrgetter("peak_demand_bytes", "peak_sum_bytes", "headroom_bytes", "contention_in_seconds",
-                              "stagger_seconds")
-_PROFILE = Block(PROFILE_PEAK, PROFILE_DURATION, PROFILE_OFFSET, PROFILE_RUNS)
-_profile_values = attrgetter("peak_bytes", "duration_seconds", "peak_offset_seconds", "runs")
-
-
 def _add_device(out: Families, device: DeviceRow) -> None:
     """The forecast series of one GPU or MIG instance."""
     if device.gi is None:
-        block, ids = _GPU_BLOCK, gpu_labels(device.gpu, device.uuid)
+        specs, ids = GPU_SPECS, gpu_labels(device.gpu, device.uuid)
     else:
-        block, ids = _MIG_BLOCK, gpu_labels(device.gpu, device.uuid) + (gi_label(device.gi), device.profile)
+        specs, ids = MIG_SPECS, gpu_labels(device.gpu, device.uuid) + (gi_label(device.gi), device.profile)
     forecast = device.forecast
-    out.put(block, ids, _forecast_values(forecast) + (device.exhaustion_eta_seconds, forecast.slowdown,
-                                                      device.confidence))
+    out.add(specs["demand"], ids, forecast.peak_demand_bytes)
+    out.add(specs["sum"], ids, forecast.peak_sum_bytes)
+    out.add(specs["headroom"], ids, forecast.headroom_bytes)
+    out.add(specs["contention"], ids, forecast.contention_in_seconds)
+    out.add(specs["stagger"], ids, forecast.stagger_seconds)
+    out.add(specs["exhaustion"], ids, device.exhaustion_eta_seconds)
+    out.add(specs["slowdown"], ids, forecast.slowdown)
+    out.add(specs["confidence"], ids, device.confidence)
