@@ -200,9 +200,9 @@ class Families:
 
     def put(self, block: "Block", label_values: tuple[str, ...], values: tuple[float | bool | None, ...]) -> None:
         """``add_all(label_values, zip(block.specs, values))``, the same series in the same order,
-        each family looked up once per poll instead of once per series: a GPU's, a MIG
-        instance's or a device forecast's dozens of gauges, ``values`` taken in one step
-        (``operator.attrgetter``) from the snapshot record."""
+        each family looked up once per poll instead of once per series: a GPU's or a MIG
+        instance's dozen-odd gauges, ``values`` taken in one step (``operator.attrgetter``) from
+        the snapshot record."""
         try:  # _label_tuple inline, as in add
             if type(label_values) is not tuple:
                 raise TypeError
