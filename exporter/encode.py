@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+from array import array
 from operator import itemgetter
 from typing import Callable, Iterable, Sequence
 
@@ -47,6 +48,7 @@ _plain_labels = _checked[_PLAIN_LABEL_NAME]
 _label_plans: dict[tuple[str, ...], tuple] = {}
 # Spec of a lean family -> how to write it (see _series_plan); bounded like the names.
 _series_plans: dict[object, tuple] = {}
+_plans_by_id: dict[int, tuple] = {}  # id(spec) -> (spec, its plan): the same plans, found faster
 _NEG_INF = -math.inf
 _EXPONENT_FROM = 1e6  # from here up (or not finite) Go's formatting differs from repr's: see go_float
 # A value -> its text and newline, shared by every family; cleared when full (values of
@@ -132,13 +134,22 @@ def _label_block(labels: dict[str, str]) -> str:
 
 
 def _series_plan(spec) -> tuple:
-    """(text header, OpenMetrics header, line-prefix template, label reorder, prefixes) of a lean family.
+    """(text header, OpenMetrics header, line-prefix template, label reorder, prefixes, last) of a
+    lean family.
 
     A header is None where that format needs the library's encoder (a name it would rewrite).
     The template takes the label values in sorted-name order and gives a series' line up to its
-    value; ``prefixes`` keeps each label set's prefix from poll to poll (see _write_series)."""
+    value; ``prefixes`` keeps each label set's prefix from poll to poll, ``last`` the family's
+    previous lines with what they were written from (see _write_series)."""
+    # Found by the spec's identity first: a Spec's hash is the dataclass's, made in Python over
+    # its fields, and an exposition looks up every family's plan.
+    entry = _plans_by_id.get(id(spec))
+    if entry is not None and entry[0] is spec:
+        return entry[1]
     plan = _series_plans.get(spec)
     if plan is not None:
+        if len(_plans_by_id) < _CHECKED_LIMIT:
+            _plans_by_id[id(spec)] = (spec, plan)  # holding the spec keeps its id from being reused
         return plan
     metric = spec.prototype()  # the names, type, help and unit the library would write
     kind, name, sample = metric.type, metric.name, spec.name
@@ -146,7 +157,7 @@ def _series_plan(spec) -> tuple:
         for key in spec.labels:
             _check_name(key, _PLAIN_LABEL_NAME)
     except _NotSimple:
-        plan = (None, None, "", None, {})
+        plan = (None, None, "", None, {}, [None])
     else:
         text_head = om_head = None
         shown = name + _TEXT_NAME_SUFFIX.get(kind, "")
@@ -163,9 +174,10 @@ def _series_plan(spec) -> tuple:
         # Checked names hold only [a-zA-Z0-9_], so no "%" reaches the template but the slots.
         template = f"{sample}{{{block}}} " if block else f"{sample} "
         reorder = None if order == sorted(order) else itemgetter(*order)
-        plan = (text_head, om_head, template, reorder, {})
+        plan = (text_head, om_head, template, reorder, {}, [None])
     if len(_series_plans) < _CHECKED_LIMIT:
         _series_plans[spec] = plan
+        _plans_by_id[id(spec)] = (spec, plan)
     return plan
 
 
@@ -175,20 +187,42 @@ def _write_series(family, plan: tuple, append: Callable[[str], None]) -> None:
     Both pieces are looked up, not formatted: a series' labels, and most of its values (a
     memory total, a limit, 1.0 of an info), are the same poll after poll, and formatting them
     (a ten-slot ``%`` and Go's float text) was two thirds of an encode."""
-    prefixes = plan[4]
     rows = family.rows
+    # Most families of a node are the same as in the previous poll (identities, limits, idle
+    # engines, error counters): their lines are written again as one piece. "The same" is
+    # exact: the same label values in the same order (tuples of str compare exactly) and the
+    # same bits of every value (an array of doubles), so 0.0 and -0.0, equal as floats, differ.
+    # The previous lines are one (keys, bits, text) tuple, read and replaced in one step: a
+    # scrape's encode on the event loop may run beside the poll thread's.
+    memo = plan[5]
+    last = memo[0]
+    keys = tuple(rows)
+    try:
+        bits = array("d", rows.values()).tobytes()
+    except (TypeError, OverflowError):  # not all floats: written one by one, not remembered
+        bits = None
+    if last is not None and bits is not None and bits == last[1] and keys == last[0]:
+        append(last[2])
+        return
+    prefixes = plan[4]
     if len(prefixes) > 2 * len(rows) + 256:  # mostly series that went away (processes come and go)
         prefixes.clear()
     prefix_of, line_of, copysign = prefixes.get, _value_lines.get, math.copysign
+    lines: list[str] = []
+    add = lines.append
     for values, value in rows.items():
-        append(prefix_of(values) or _prefix(plan, values))
+        add(prefix_of(values) or _prefix(plan, values))
         # 0.0 cannot be remembered (-0.0 is the same key) and is about half the values of a
         # node (error counters, idle engines): it is written here, without a call.
-        append(line_of(value) or ("0.0\n" if value == 0.0 and copysign(1.0, value) > 0 else _value_line(value)))
+        add(line_of(value) or ("0.0\n" if value == 0.0 and copysign(1.0, value) > 0 else _value_line(value)))
+    text = "".join(lines)
+    if bits is not None:
+        memo[0] = (keys, bits, text)
+    append(text)
 
 
 def _prefix(plan: tuple, values: tuple[str, ...]) -> str:
-    _, _, template, reorder, prefixes = plan
+    template, reorder, prefixes = plan[2], plan[3], plan[4]
     ordered = reorder(values) if reorder is not None else values
     joined = "".join(ordered)
     if "\\" in joined or "\n" in joined or '"' in joined:

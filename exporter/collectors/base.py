@@ -111,12 +111,29 @@ class Family:
         return f"Family({self.spec.name!r}, {len(self.rows)} series)"
 
 
+class Block:
+    """Specs whose series a collector writes together for one label set, in this order (see
+    :meth:`Families.put`). Gauges and counters only: an info's value is not the one given."""
+
+    __slots__ = ("specs", "width")
+
+    def __init__(self, *specs: Spec) -> None:
+        if not specs or len({len(spec.labels) for spec in specs}) != 1 or any(s.kind == "info" for s in specs):
+            raise ValueError("a block is one or more non-info specs with the same number of labels")
+        self.specs = specs
+        self.width = len(specs[0].labels)
+
+    def __repr__(self) -> str:
+        return f"Block({', '.join(spec.name for spec in self.specs)})"
+
+
 class Families:
     """Collects series per spec, in first-use order."""
 
     def __init__(self) -> None:
         # name -> (family, its rows, number of labels, info?)
         self._families: dict[str, tuple[Family, dict, int, bool]] = {}
+        self._blocks: dict[Block, list] = {}  # block -> its families' rows (see put)
 
     def _entry(self, spec: Spec) -> tuple[Family, dict, int, bool]:
         entry = self._families.get(spec.name)
@@ -180,6 +197,52 @@ class Families:
             labels = values + (key if type(key) is str else "" if key is None else str(key),)
             if labels not in rows:
                 rows[labels] = 1.0 if info else float(value)
+
+    def put(self, block: "Block", label_values: tuple[str, ...], values: tuple[float | bool | None, ...]) -> None:
+        """``add_all(label_values, zip(block.specs, values))``, the same series in the same order,
+        each family looked up once per poll instead of once per series: a GPU's or a MIG
+        instance's dozen-odd gauges, ``values`` taken in one step (``operator.attrgetter``) from
+        the snapshot record."""
+        try:  # _label_tuple inline, as in add
+            if type(label_values) is not tuple:
+                raise TypeError
+            "".join(label_values)
+        except TypeError:
+            label_values = _label_tuple(label_values)
+        if len(label_values) != block.width:
+            spec = block.specs[0]
+            raise ValueError(f"{spec.name}: {len(label_values)} label values for labels {spec.labels}")
+        rows_of = self._blocks.get(block)
+        if rows_of is None:  # this block's families as far as they exist yet (None: not yet used)
+            families = self._families
+            rows_of = self._blocks[block] = [entry[1] if (entry := families.get(spec.name)) else None
+                                             for spec in block.specs]
+        # Per series: a None test, a membership test and a store, nothing else. A family is made
+        # when its first value arrives, as add_all makes it, so families keep first-use order.
+        index = 0
+        for rows, value in zip(rows_of, values):
+            if value is not None:
+                if rows is None:
+                    rows = rows_of[index] = self._entry(block.specs[index])[1]
+                if label_values not in rows:
+                    rows[label_values] = float(value)
+            index += 1
+
+    def put_column(self, spec: Spec, labels: tuple[tuple[str, ...], ...], values: tuple[float | bool, ...]) -> None:
+        """``add(spec, labels[i], values[i])`` for every i, in order, for a caller that knows the
+        ``labels`` are distinct tuples of ``str`` of the right width and no value is None: one
+        family's series of a GPU's NVLinks, stored in one step where none was there before."""
+        if not labels:
+            return
+        _, rows, width, info = self._families.get(spec.name) or self._entry(spec)
+        if len(labels[0]) != width or info:
+            raise ValueError(f"{spec.name}: {len(labels[0])} label values for labels {spec.labels}")
+        if rows.keys().isdisjoint(labels):
+            rows.update(zip(labels, map(float, values)))
+            return
+        for label_values, value in zip(labels, values):  # first value wins, as in add
+            if label_values not in rows:
+                rows[label_values] = float(value)
 
     def rows(self, spec: Spec) -> dict[tuple[str, ...], float]:
         """The label values -> value map of ``spec``'s family, for a caller whose label sets are

@@ -8,7 +8,9 @@ A GPU that could not be read this poll (``up`` False) exports its info and up=0 
 
 from __future__ import annotations
 
-from exporter.collectors.base import Families, SnapshotCollector, Spec, gpu_labels
+from operator import attrgetter
+
+from exporter.collectors.base import Block, Families, SnapshotCollector, Spec, gpu_labels
 from exporter.snapshot import ACTIVITY_FIELDS, GpuInfo, Snapshot
 
 GPU = ("gpu", "uuid")
@@ -89,6 +91,15 @@ ECC = Spec(
 XID = Spec("gpushare_gpu_xid_errors_total", "counter", "XID errors seen since the exporter started.", GPU + ("xid",))
 
 
+# Written per up GPU in this order (see GpuCollector._add_gpu).
+_GAUGES = Block(MEMORY_TOTAL, MEMORY_USED, MEMORY_FREE, MEMORY_RESERVED, UTILIZATION, MEMORY_UTILIZATION,
+                *(ACTIVITY[name] for name in ACTIVITY_FIELDS), POWER, POWER_LIMIT, ENERGY, TEMPERATURE)
+_memory_values = attrgetter("memory_total_bytes", "memory_used_bytes", "memory_free_bytes", "memory_reserved_bytes",
+                            "utilization_ratio", "memory_utilization_ratio")
+_activity_values = attrgetter(*ACTIVITY_FIELDS)  # what Activity.items() gives, values only
+_power_values = attrgetter("power_watts", "power_limit_watts", "energy_joules", "temperature_celsius")
+
+
 def mig_mode_label(mig_mode: bool | None) -> str:
     """Label value for the current MIG mode: enabled, disabled or unknown (not MIG-capable or unread)."""
     if mig_mode is None:
@@ -123,12 +134,8 @@ class GpuCollector(SnapshotCollector):
         out.add(UP, ids, 1 if gpu.up else 0)
         if not gpu.up:
             return  # whatever else the backend left in GpuInfo is stale or partial
-        out.add_all(ids, ((MEMORY_TOTAL, gpu.memory_total_bytes), (MEMORY_USED, gpu.memory_used_bytes),
-                          (MEMORY_FREE, gpu.memory_free_bytes), (MEMORY_RESERVED, gpu.memory_reserved_bytes),
-                          (UTILIZATION, gpu.utilization_ratio), (MEMORY_UTILIZATION, gpu.memory_utilization_ratio),
-                          *((ACTIVITY[name], value) for name, value in gpu.activity.items()),
-                          (POWER, gpu.power_watts), (POWER_LIMIT, gpu.power_limit_watts),
-                          (ENERGY, gpu.energy_joules), (TEMPERATURE, gpu.temperature_celsius)))
+        # The GPU's gauges in one block, their values taken in three C-level steps.
+        out.put(_GAUGES, ids, _memory_values(gpu) + _activity_values(gpu.activity) + _power_values(gpu))
         out.add_each(CLOCK, ids, sorted(gpu.clocks_hertz.items()))
         out.add_each(CLOCK_EVENT, ids, [(reason, None if active is None else (1 if active else 0))
                                         for reason, active in sorted(gpu.clock_event_reasons.items())])

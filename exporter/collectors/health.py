@@ -7,8 +7,11 @@ could not be read this poll keeps only its last XID (often the reason it went do
 
 from __future__ import annotations
 
-from exporter.collectors.base import Families, SnapshotCollector, Spec, gpu_labels
-from exporter.snapshot import DeviceHealth, Snapshot
+from itertools import repeat
+from operator import attrgetter
+
+from exporter.collectors.base import Block, Families, SnapshotCollector, Spec, gpu_labels
+from exporter.snapshot import DeviceHealth, NvLink, Snapshot
 
 GPU = ("gpu", "uuid")
 LINK = GPU + ("link",)
@@ -61,11 +64,23 @@ def _flag(value: bool | None) -> int | None:
     return None if value is None else int(value)
 
 
+_IO = Block(MEMORY_TEMPERATURE, PCIE_REPLAYS, PCIE_TX, PCIE_RX, ENCODER, DECODER, ENCODER_SESSIONS)
+_io_values = attrgetter("memory_temperature_celsius", "pcie_replay_errors", "pcie_tx_bytes", "pcie_rx_bytes",
+                        "encoder_utilization_ratio", "decoder_utilization_ratio", "encoder_sessions")
+_LINK_NUMBER, _LINK_ACTIVE, _LINK_TX, _LINK_RX, _LINK_ERRORS = (
+    attrgetter(name) for name in ("link", "active", "tx_bytes", "rx_bytes", "errors"))
+_LINK_LABELS_KEPT = 1024  # (GPU, link numbers) -> label tuples; GPUs and their links rarely change
+
+
 class HealthCollector(SnapshotCollector):
     """Exports the GPU health families listed in docs/metrics.md."""
 
     name = "health"
     section = "gpu"
+
+    def __init__(self, source) -> None:
+        super().__init__(source)
+        self._link_labels: dict[tuple, tuple[tuple[str, ...], ...]] = {}
 
     def families(self, snapshot: Snapshot) -> Families:
         out = Families()
@@ -77,22 +92,52 @@ class HealthCollector(SnapshotCollector):
             out.add(LAST_XID_TIME, ids, gpu.health.last_xid_timestamp)
         return out
 
-    @staticmethod
-    def _add(out: Families, ids: tuple[str, str], h: DeviceHealth) -> None:
-        out.add_all(ids, ((MEMORY_TEMPERATURE, h.memory_temperature_celsius), (PCIE_REPLAYS, h.pcie_replay_errors),
-                          (PCIE_TX, h.pcie_tx_bytes), (PCIE_RX, h.pcie_rx_bytes),
-                          (ENCODER, h.encoder_utilization_ratio), (DECODER, h.decoder_utilization_ratio),
-                          (ENCODER_SESSIONS, h.encoder_sessions)))
-        errors: dict[str, int] = {}
-        for link in h.nvlinks:
-            out.add_all(ids + (str(link.link),), ((NVLINK_UP, _flag(link.active)), (NVLINK_TX, link.tx_bytes),
-                                                  (NVLINK_RX, link.rx_bytes)))
-            for kind, count in link.errors.items():
-                errors[kind] = errors.get(kind, 0) + count
-        out.add_each(NVLINK_ERRORS, ids, sorted(errors.items()))  # a type no link reports has no series
+    def _add(self, out: Families, ids: tuple[str, str], h: DeviceHealth) -> None:
+        out.put(_IO, ids, _io_values(h))
+        links = h.nvlinks
+        if links:
+            self._add_links(out, ids, links)
         out.add_each(REMAPPED_ROWS, ids, sorted(h.remapped_rows.items()))
         out.add_all(ids, ((REMAP_PENDING, _flag(h.row_remap_pending)), (REMAP_FAILURE, _flag(h.row_remap_failure))))
         out.add_each(RETIRED_PAGES, ids, sorted(h.retired_pages.items()))
         out.add(RETIRED_PENDING, ids, _flag(h.retired_pages_pending))
         out.add_each(CLOCK_EVENT_SECONDS, ids, sorted(h.clock_event_seconds.items()))
         out.add(VGPU_LICENSE, ids, h.vgpu_license_status)
+
+    def _add_links(self, out: Families, ids: tuple[str, str], links: tuple[NvLink, ...]) -> None:
+        """The per-link series (up, bytes each way) and the errors summed over the links.
+
+        Most of the health series of an NVLink board are per link (54 of an H100 SXM's 72): they
+        go in one family at a time, from the links' values taken in C, under label tuples kept
+        per (GPU, link numbers) from poll to poll. A link whose value is unknown, or repeated
+        link numbers, take the series-by-series way, which gives the same series in the same
+        order."""
+        key = (ids, tuple(map(_LINK_NUMBER, links)))
+        labels = self._link_labels.get(key)
+        if labels is None:
+            numbers = key[1]
+            labels = tuple(ids + (str(number),) for number in numbers)
+            if len(set(numbers)) != len(numbers):
+                labels = ()  # not distinct: one series per link number, the first one's
+            if len(self._link_labels) >= _LINK_LABELS_KEPT:
+                self._link_labels.clear()
+            self._link_labels[key] = labels
+        up, tx, rx = tuple(map(_LINK_ACTIVE, links)), tuple(map(_LINK_TX, links)), tuple(map(_LINK_RX, links))
+        if labels and None not in up and None not in tx and None not in rx:
+            out.put_column(NVLINK_UP, labels, up)
+            out.put_column(NVLINK_TX, labels, tx)
+            out.put_column(NVLINK_RX, labels, rx)
+        else:
+            for link in links:
+                out.add_all(ids + (str(link.link),), ((NVLINK_UP, _flag(link.active)), (NVLINK_TX, link.tx_bytes),
+                                                      (NVLINK_RX, link.rx_bytes)))
+        counts = tuple(map(_LINK_ERRORS, links))
+        try:  # every count of a kind, link by link, added up in C; a type no link reports has no series
+            out.add_each(NVLINK_ERRORS, ids, [(kind, sum(map(dict.get, counts, repeat(kind), repeat(0))))
+                                              for kind in sorted(set().union(*counts))])
+        except TypeError:  # error maps that are not dicts
+            errors: dict[str, int] = {}
+            for link in links:
+                for kind, count in link.errors.items():
+                    errors[kind] = errors.get(kind, 0) + count
+            out.add_each(NVLINK_ERRORS, ids, sorted(errors.items()))

@@ -8,7 +8,9 @@ physical GPU's, so MIG series join GPU series on (gpu, uuid).
 
 from __future__ import annotations
 
-from exporter.collectors.base import Families, SnapshotCollector, Spec, gpu_labels
+from operator import attrgetter
+
+from exporter.collectors.base import Block, Families, SnapshotCollector, Spec, gpu_labels
 from exporter.collectors.gpu import ACTIVITY_HELP
 from exporter.snapshot import ACTIVITY_FIELDS, Snapshot
 
@@ -34,6 +36,11 @@ FREE_CAPACITY = Spec(
     ("gpu", "uuid", "profile"),
 )
 
+# Written per GPU instance in this order (see MigCollector.families).
+_GAUGES = Block(MEMORY_TOTAL, MEMORY_USED, MEMORY_FREE, *(ACTIVITY[name] for name in ACTIVITY_FIELDS))
+_memory_values = attrgetter("memory_total_bytes", "memory_used_bytes", "memory_free_bytes")
+_activity_values = attrgetter(*ACTIVITY_FIELDS)  # what Activity.items() gives, values only
+
 
 class MigCollector(SnapshotCollector):
     """Exports the MIG families listed in docs/metrics.md."""
@@ -52,8 +59,6 @@ class MigCollector(SnapshotCollector):
                 placement = (str(inst.placement_start), str(inst.placement_size), str(inst.sm_count))
                 out.add(INFO, gi + (str(inst.ci), inst.mig_uuid) + placement, 1)
                 # Families keeps the first sample per label set, i.e. one per GI.
-                out.add_all(gi, ((MEMORY_TOTAL, inst.memory_total_bytes), (MEMORY_USED, inst.memory_used_bytes),
-                                 (MEMORY_FREE, inst.memory_free_bytes),
-                                 *((ACTIVITY[name], value) for name, value in inst.activity.items())))
+                out.put(_GAUGES, gi, _memory_values(inst) + _activity_values(inst.activity))
             out.add_each(FREE_CAPACITY, ids, sorted(gpu.mig_free_capacity.items()))
         return out

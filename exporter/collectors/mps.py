@@ -59,8 +59,10 @@ class MpsCollector(SnapshotCollector):
         for gpu in snapshot.gpus:
             if not gpu.up:
                 continue
-            ids = gpu_labels(gpu.index, gpu.uuid)
             clients = [p for p in gpu.processes if p.is_mps_client]
+            if not clients and not gpu.mps_servers:
+                continue  # no MPS on this GPU: no series (most GPUs of a node)
+            ids = gpu_labels(gpu.index, gpu.uuid)
             per_device = Counter(gi_label(p.gi) for p in clients)
             for server in sorted(gpu.mps_servers, key=lambda s: (gi_label(s.gi), s.pid)):
                 out.add(SERVER_INFO, ids + (gi_label(server.gi), str(server.pid)), 1)
