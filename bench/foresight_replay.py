@@ -78,8 +78,7 @@ def _record_episode(episode, interval: float, corpus: int) -> dict:
     finally:
         backend.close()
         fstate.contention_confidence = original
-    return {"index": episode.index, "polls": polls, "kills": kills,
-            "profiles_at_test": None}
+    return {"index": episode.index, "polls": polls, "kills": kills}
 
 
 def record(args) -> int:
@@ -116,6 +115,7 @@ def settings(**values):
 
 
 def raw_confidence(row, confidence_fn=None):
+    """The raw confidence of one recorded row (None without contention), by the tree's code or a variant."""
     if row["states"] is None:
         return None
     fn = confidence_fn or conf.contention_confidence
@@ -127,7 +127,7 @@ def replay_episode(rec: dict, episode, rules: dict, confidence_fn=None, trace_ro
     score like the bench. ``rules``: tier -> list of fa._Rule."""
     holds: dict = {}
     alerts = {tier: [fa._Alert(rule) for rule in tier_rules] for tier, tier_rules in rules.items()}
-    trace = []
+    trace = []  # (t, headroom) per test poll, as the bench keeps it
     per_poll = []
     for t, test, rows in rec["polls"]:
         scored_rows = []
@@ -175,15 +175,13 @@ def summary(results: list[dict], tier: str = "critical") -> dict:
 
 
 def line(name: str, s: dict) -> str:
+    """One run's critical-tier figures on one line."""
     fl, fa_ = s["learned"], s["all"]
-    false = [f"{fa_['false_alerts']}"]
     return (f"{name:28} recall(learned) {fl['caught']}/{fl['incidents']}  precision {fa_['true_alerts']}/{fa_['alerts']}"
             f"  false {fa_['false_alerts']} in {fa_['device_hours']:.1f} h  lead med "
             f"{'-' if fl['lead_median'] is None else format(fl['lead_median'], '.0f')} s"
             f"  first-run basis critical {s['basis_critical']['caught']}/{s['basis_critical']['incidents']}"
-            f" any {s['basis_any']['caught']}/{s['basis_any']['incidents']}") + ("" if not false else "")
-
-
+            f" any {s['basis_any']['caught']}/{s['basis_any']['incidents']}")
 
 
 def components(row) -> dict | None:
@@ -267,14 +265,16 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.cmd == "record":
         return record(args)
-    if args.cmd == "misses":
-        for path in args.files:
-            doc = load(path)
-            misses(doc, replay(doc, trace_rows=True))
-        return 0
     for path in args.files:
-        doc = load(path)
-        print(line(f"corpus {doc['corpus']} seed {doc['seed']}", summary(replay(doc))))
+        try:
+            doc = load(path)
+        except (OSError, EOFError, pickle.UnpicklingError) as e:  # not a recording of `record`
+            print(f"foresight_replay: {path}: not a readable recording ({e.__class__.__name__}: {e})", file=sys.stderr)
+            return 2
+        if args.cmd == "misses":
+            misses(doc, replay(doc, trace_rows=True))
+        else:
+            print(line(f"corpus {doc['corpus']} seed {doc['seed']}", summary(replay(doc))))
     return 0
 
 

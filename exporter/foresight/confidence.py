@@ -199,7 +199,7 @@ def hold_confidence(raw: float | None, hold: ConfidenceHold | None, now: float, 
     """The confidence a device exports this poll, and what it remembers for the next.
 
     - Held at its highest while the contention stays predicted (a gap of up to ``grace`` seconds
-      included, as the rules' keep_firing_for): a run between two landmarks, or a co-tenant just
+      included, as the warning rule's keep_firing_for): a run between two landmarks, or a co-tenant just
       killed, must not turn a page back into a warning.
     - Hysteresis: once a contention that reached CRITICAL_CONFIDENCE has cleared, a new one on
       the device within HOLD_DOWN_SECONDS stays below it unless its overflow exceeds the
