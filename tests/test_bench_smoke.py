@@ -223,6 +223,29 @@ def test_foresight_accuracy_smoke_prints_the_table_with_ratios_in_range(tmp_path
     assert parallel.returncode == 0 and parallel.stdout == out.stdout  # deterministic whatever --jobs
 
 
+def test_foresight_replay_of_recorded_forecasts_gives_the_bench_figures(tmp_path):
+    """bench/foresight_replay.py records the forecasts of three episodes once, then replays the confidence and
+    the shipped rules on them: every episode's incidents and both tiers' alert intervals equal what the bench
+    itself measures, so rule and confidence variants can be compared offline (docs/foresight.md, sixth round)."""
+    record = tmp_path / "r.pkl.gz"
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "foresight_replay.py"), "record", "--corpus", "1",
+                          "--seed", "1", "--episodes", "3", "--out", str(record)], cwd=REPO, capture_output=True,
+                         text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    bench = _accuracy("--corpus", "1", "--seed", "1", "--episodes", "3", "--json", str(tmp_path / "a.json"))
+    assert bench.returncode == 0, bench.stderr[-2000:]
+    measured = json.loads((tmp_path / "a.json").read_text())["results"]
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import foresight_replay
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    replayed = foresight_replay.replay(foresight_replay.load(str(record)))
+    assert any(r["tiers"]["warning"]["incidents"] for r in replayed)  # an OOM among them: scoring is exercised
+    assert [r["tiers"] for r in replayed] == [r["tiers"] for r in measured]
+    assert [r["incidents"] for r in replayed] == [r["incidents"] for r in measured]
+
+
 def test_foresight_accuracy_refuses_a_bad_flag_value():
     out = _accuracy("--episodes", "0")
     assert out.returncode == 2

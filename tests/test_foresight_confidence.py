@@ -8,6 +8,7 @@ from exporter.foresight import Foresight
 from exporter.foresight.confidence import (
     CRITICAL_CONFIDENCE,
     HOLD_DOWN_SECONDS,
+    SINGLE_RUN,
     contention_confidence,
     grounding,
     hold_confidence,
@@ -42,6 +43,38 @@ def test_a_clear_overflow_on_learned_runs_pages():
         assert confidences, "the three jobs together must be predicted to overflow"
         assert max(confidences) >= CRITICAL_CONFIDENCE
         assert all(0.0 <= c <= 1.0 for c in confidences)
+
+
+def imminent_threshold() -> float:
+    """The confidence the shipped imminent critical rule asks for (alerts/gpushare-memory.yml)."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    rules = yaml.safe_load((Path(__file__).resolve().parent.parent / "alerts" / "gpushare-memory.yml").read_text())
+    expr = next(r["expr"] for r in rules["groups"][0]["rules"]
+                if r.get("alert") == "GpuMemoryContentionPredicted" and r["labels"].get("horizon") == "imminent")
+    return float(re.search(r"confidence_ratio\s*>=\s*([0-9.]+)", expr).group(1))
+
+
+def test_a_clear_overflow_on_a_job_learned_once_reaches_the_imminent_rule():
+    """Three jobs learned from one run each, started together, 20 GiB over: a collision under 30 s away
+    (the imminent rule's case) is most often a job that just started beside others learned once. One run
+    grounds SINGLE_RUN, as much as the imminent rule asks; at 0.85 (the fifth round) no collision of jobs
+    learned once could page in the last 30 s before it."""
+    assert SINGLE_RUN >= imminent_threshold()
+    assert max(together_confidences(1)) >= imminent_threshold()
+
+
+def test_one_run_grounds_less_than_agreeing_runs_and_more_than_spread_ones():
+    """One run is assumed to spread as 9 in 10 profiles of several runs do (UNKNOWN_SPREAD): below two runs
+    that agree, above three whose typical peak is 5 % below the top."""
+    once = ProcessState(1, GiB, 10.0, profile((20 * GiB,)), basis="learned")
+    agree = replace(once, profile=profile((20 * GiB, 20 * GiB)))
+    apart = replace(once, profile=profile((19 * GiB, 19 * GiB, 20 * GiB)))  # median 5 % below the peak
+    assert grounding(apart) < grounding(once) == SINGLE_RUN < grounding(agree)
+    assert abs(grounding(replace(once, basis="scaled")) - 0.6 * SINGLE_RUN) < 1e-9
 
 
 def test_a_narrow_overflow_pages_on_agreeing_runs_but_only_warns_on_one():

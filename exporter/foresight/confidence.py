@@ -31,8 +31,12 @@ from exporter.foresight.progress import is_clock
 from exporter.foresight.forecast import HORIZON_SECONDS, DeviceForecast, ProcessState, demand_profile, process_curve
 
 GROUNDING = {"learned": 1.0, "scaled": 0.6, "declared": 0.6, "trend": 0.4, "current": 1.0}
-SINGLE_RUN = 0.85  # a profile learned from one run: a measurement, but of one run only
-UNKNOWN_SPREAD = 0.05  # peak spread assumed for a profile with one run (a few percent is typical)
+SINGLE_RUN = 0.9  # a profile learned from one run: a measurement, but of one run only
+# Peak spread assumed for a profile with one run: as wide as 9 in 10 profiles learned from several
+# runs (on the bench's 14 training runs, median 0.9 %, 90th percentile 2.7 %, 93 % within 1/30). So one
+# run grounds 0.9, just enough for the imminent critical rule: a collision under 30 s away is most
+# often a job that just started beside others learned once (docs/foresight.md, sixth round).
+UNKNOWN_SPREAD = 1 / 30
 SPREAD_WEIGHT = 3.0  # grounding of several runs: 1 - this x spread (0.85 at 5 %)
 # Learned timings drift by about this share of how far ahead they are read. Co-tenants slowed
 # by each other are read at the device's measured slowdown already (progress.device_slowdown),
@@ -195,7 +199,7 @@ def hold_confidence(raw: float | None, hold: ConfidenceHold | None, now: float, 
     """The confidence a device exports this poll, and what it remembers for the next.
 
     - Held at its highest while the contention stays predicted (a gap of up to ``grace`` seconds
-      included, as the rules' keep_firing_for): a run between two landmarks, or a co-tenant just
+      included, as the warning rule's keep_firing_for): a run between two landmarks, or a co-tenant just
       killed, must not turn a page back into a warning.
     - Hysteresis: once a contention that reached CRITICAL_CONFIDENCE has cleared, a new one on
       the device within HOLD_DOWN_SECONDS stays below it unless its overflow exceeds the

@@ -1,0 +1,282 @@
+"""Record a corpus's forecasts once, then replay confidence and rule variants on them offline.
+
+    python3 bench/foresight_replay.py record --corpus 3 --seed 1 --episodes 40 --jobs 2 --out c3s1.pkl.gz
+    python3 bench/foresight_replay.py replay c3s1.pkl.gz [...]          # shipped confidence and rules
+    python3 bench/foresight_replay.py misses c3s1.pkl.gz [...]          # why each learned critical miss missed
+
+`record` plays every episode through the same pipeline as bench/foresight_accuracy.py (simulator,
+NVML backend, Foresight) and keeps, for every poll whose forecast predicts contention on the test
+GPU, the forecast and the process states its confidence was computed from, with the simulator's
+kills. The confidence never feeds back into the forecast (the outcome learning reads headroom), so
+`replay` can recompute it under other settings (exporter.foresight.confidence's constants), hold it
+poll by poll with confidence.hold_confidence, and apply the rules with the bench's own state
+machine and scoring (`_Alert`, `_union`, `_score`, `figures`). The docs/foresight.md rounds that
+compare rule or confidence variants ("The critical tier, fifth round", "sixth round") use it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import multiprocessing
+import pickle
+import sys
+from functools import partial
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import foresight_accuracy as fa  # noqa: E402
+from exporter.backend.sim import SimBackend  # noqa: E402
+from exporter.foresight import Foresight, confidence as conf  # noqa: E402
+from exporter.foresight import state as fstate  # noqa: E402
+from exporter.foresight.state import OUTCOME_GRACE  # noqa: E402
+
+
+def _record_episode(episode, interval: float, corpus: int) -> dict:
+    """One episode: per test poll, the eligible rows of GPU 0 (headroom, ETA, exported confidence) and,
+    where contention is predicted, the states and forecast its confidence rests on."""
+    seen: dict[int, tuple] = {}  # id(forecast) -> (states, forecast, grace) of this poll
+
+    def capture(states, forecast, grace=0.0):
+        seen[id(forecast)] = (tuple(states), forecast, grace)
+        return original(states, forecast, grace)
+
+    original = fstate.contention_confidence
+    fstate.contention_confidence = capture
+    backend = SimBackend(fa.CORPORA[corpus].to_scenario(episode))
+    backend.open()
+    foresight = Foresight()
+    polls = []
+    try:
+        t = 0.0
+        while t <= episode.end:
+            backend.step_to(t)
+            snapshot = backend.poll()
+            seen.clear()
+            foresight.observe(snapshot)
+            gpu = next(g for g in snapshot.gpus if g.index == 0)
+            rows = []
+            for r in foresight.result().devices:
+                if r.gpu != 0 or r.forecast.headroom_bytes is None:
+                    continue
+                if not (r.gi is not None or gpu.sharing in fa.GPU_SHARING):
+                    continue
+                states, forecast, grace = seen.get(id(r.forecast), (None, r.forecast, interval))
+                contended = r.forecast.headroom_bytes < 0 and r.forecast.contention_in_seconds is not None
+                rows.append({"gi": r.gi, "headroom": r.forecast.headroom_bytes, "eta": r.forecast.contention_in_seconds,
+                             "capacity": r.forecast.capacity_bytes, "confidence": r.confidence,
+                             "states": states if contended else None, "forecast": forecast if contended else None,
+                             "grace": grace})
+            polls.append((t, t >= episode.test_start, rows))
+            t += interval
+        kills = sorted(e.time for e in backend.sim.oom_events
+                       if e.reason == "oom" and e.gpu == 0 and e.time >= episode.test_start)
+    finally:
+        backend.close()
+        fstate.contention_confidence = original
+    return {"index": episode.index, "polls": polls, "kills": kills}
+
+
+def record(args) -> int:
+    corpus = fa.CORPORA[args.corpus].make_corpus(args.seed, args.episodes)
+    run = partial(_record_episode, interval=args.interval, corpus=args.corpus)
+    if args.jobs == 1:
+        episodes = [run(e) for e in corpus]
+    else:
+        with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+            episodes = pool.map(run, corpus, chunksize=1)
+    doc = {"corpus": args.corpus, "seed": args.seed, "episodes": args.episodes, "interval": args.interval,
+           "records": episodes}
+    with gzip.open(args.out, "wb") as f:
+        pickle.dump(doc, f, protocol=pickle.HIGHEST_PROTOCOL)
+    return 0
+
+
+def load(path: str) -> dict:
+    with gzip.open(path, "rb") as f:
+        return pickle.load(f)
+
+
+@contextlib.contextmanager
+def settings(**values):
+    """Temporarily set exporter.foresight.confidence's module constants (a confidence variant)."""
+    old = {k: getattr(conf, k) for k in values}
+    for k, v in values.items():
+        setattr(conf, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(conf, k, v)
+
+
+def raw_confidence(row, confidence_fn=None):
+    """The raw confidence of one recorded row (None without contention), by the tree's code or a variant."""
+    if row["states"] is None:
+        return None
+    fn = confidence_fn or conf.contention_confidence
+    return fn(row["states"], row["forecast"], row["grace"])
+
+
+def replay_episode(rec: dict, episode, rules: dict, confidence_fn=None, trace_rows=False) -> dict:
+    """Recompute the exported confidence of every poll (raw, then held), apply the rules of each tier,
+    score like the bench. ``rules``: tier -> list of fa._Rule."""
+    holds: dict = {}
+    alerts = {tier: [fa._Alert(rule) for rule in tier_rules] for tier, tier_rules in rules.items()}
+    trace = []  # (t, headroom) per test poll, as the bench keeps it
+    per_poll = []
+    for t, test, rows in rec["polls"]:
+        scored_rows = []
+        for row in rows:
+            raw = raw_confidence(row, confidence_fn)
+            overflow = -(row["headroom"] or 0)
+            held, holds[row["gi"]] = conf.hold_confidence(raw, holds.get(row["gi"]), t, overflow, row["capacity"],
+                                                          OUTCOME_GRACE)
+            scored_rows.append((row, raw, held))
+        if not test:
+            continue
+        headroom = min((r["headroom"] for r, _, _ in scored_rows), default=None)
+        trace.append((t, headroom))
+        if trace_rows:
+            per_poll.append((t, scored_rows))
+        for tier in alerts.values():
+            for alert in tier:
+                alert.step(t, any(_holds(alert.rule, r, held) for r, _, held in scored_rows))
+    scored = {tier: fa._score(episode, fa._union(a.intervals for a in tier_alerts), rec["kills"], trace, 0)
+              for tier, tier_alerts in alerts.items()}
+    result = scored["warning"]
+    result["tiers"] = {tier: {"incidents": r["incidents"], "alerts": r["alerts"]} for tier, r in scored.items()}
+    if trace_rows:
+        result["per_poll"] = per_poll
+    return result
+
+
+def _holds(rule, row, held) -> bool:
+    eta = row["eta"]
+    return (row["headroom"] < 0 and (held or 0.0) >= rule.confidence
+            and (rule.eta_seconds is None or (eta is not None and eta <= rule.eta_seconds)))
+
+
+def replay(doc: dict, rules=None, confidence_fn=None, trace_rows=False) -> list[dict]:
+    corpus = fa.CORPORA[doc["corpus"]].make_corpus(doc["seed"], doc["episodes"])
+    rules = rules or fa.TIERS
+    return [replay_episode(rec, ep, rules, confidence_fn, trace_rows) for rec, ep in zip(doc["records"], corpus)]
+
+
+def summary(results: list[dict], tier: str = "critical") -> dict:
+    learned = [r for r in results if r["classes"]["first_run"] == "no"]
+    based = [r for r in results if r["classes"]["first_run"] == "yes" and r["classes"]["learned"] != "never"]
+    return {"learned": fa.figures(learned, tier), "all": fa.figures(results, tier),
+            "basis_any": fa.figures(based, "warning"), "basis_critical": fa.figures(based, tier)}
+
+
+def line(name: str, s: dict) -> str:
+    """One run's critical-tier figures on one line."""
+    fl, fa_ = s["learned"], s["all"]
+    return (f"{name:28} recall(learned) {fl['caught']}/{fl['incidents']}  precision {fa_['true_alerts']}/{fa_['alerts']}"
+            f"  false {fa_['false_alerts']} in {fa_['device_hours']:.1f} h  lead med "
+            f"{'-' if fl['lead_median'] is None else format(fl['lead_median'], '.0f')} s"
+            f"  first-run basis critical {s['basis_critical']['caught']}/{s['basis_critical']['incidents']}"
+            f" any {s['basis_any']['caught']}/{s['basis_any']['incidents']}")
+
+
+def components(row) -> dict | None:
+    """The factors of one poll's raw confidence (as contention_confidence computes them): growth-weighted
+    grounding, the margin factor (and what is ungrounded), timing; per process its basis, runs, spread, growth."""
+    if row["states"] is None:
+        return None
+    states, forecast, grace = row["states"], row["forecast"], row["grace"]
+    at = forecast.at_contention_bytes
+    growth = {s.pid: max(0, at.get(s.pid, 0) - s.used_bytes) for s in states}
+    total = sum(growth.values())
+    procs = [(s.basis, None if s.profile is None else s.profile.runs, round(conf.peak_spread(s), 3),
+              round(conf.grounding(s), 2), round(growth[s.pid] / 2**30, 2), conf._past_end(s),
+              round(conf._gives_back(s) / 2**30, 2)) for s in states]
+    if total <= 0:
+        return {"grounded": 1.0, "clears": 1.0, "timing": 1.0, "procs": procs, "over_gib": -row["headroom"] / 2**30}
+    weights = {s.pid: conf.grounding(s) for s in states}
+    grounded = sum(weights[p] * g for p, g in growth.items()) / total
+    when_unknown = {s.pid for s in states if s.basis in conf.WHEN_UNKNOWN}
+    ungrounded_growth = sum((1.0 if p in when_unknown else 1.0 - weights[p]) * g for p, g in growth.items())
+    held = 0
+    if forecast.contention_in_seconds > grace:
+        held = sum(at.get(s.pid, 0) for s in states if conf._past_end(s)) + sum(conf._gives_back(s) for s in states)
+    margin = max(conf.MIN_MARGIN_SHARE * (forecast.capacity_bytes or 0), 1)
+    clears = max(0.0, min(1.0, (-forecast.headroom_bytes - ungrounded_growth - held) / margin))
+    over = conf.over_seconds(states, forecast, grace)
+    eta = forecast.contention_in_seconds
+    drift = conf.timing_drift(states, growth, eta, eta + min(over, conf.HORIZON_SECONDS), grace)
+    timing = 1.0 if drift <= 0 else min(1.0, over / drift)
+    return {"grounded": round(grounded, 2), "clears": round(clears, 2), "timing": round(timing, 2),
+            "over_gib": round(-forecast.headroom_bytes / 2**30, 2),
+            "overflow_share": round(-forecast.headroom_bytes / (forecast.capacity_bytes or 1), 3),
+            "ungrounded_growth_gib": round(ungrounded_growth / 2**30, 2), "held_gib": round(held / 2**30, 2),
+            "over_s": over, "drift_s": round(drift, 1), "procs": procs}
+
+
+def misses(doc: dict, results: list[dict], window: float = 900.0) -> None:
+    """Print, for every learned incident the critical tier missed, the polls before it: ETA, raw and held
+    confidence and its factors."""
+    corpus = fa.CORPORA[doc["corpus"]].make_corpus(doc["seed"], doc["episodes"])
+    for rec, ep, res in zip(doc["records"], corpus, results):
+        if res["classes"]["first_run"] != "no":
+            continue
+        t0 = ep.test_start
+        for inc in res["tiers"]["critical"]["incidents"]:
+            if inc["caught"]:
+                continue
+            warned = next((i for i in res["tiers"]["warning"]["incidents"] if i["t"] == inc["t"]), None)
+            print(f"\n### corpus {doc['corpus']} seed {doc['seed']} ep {ep.index} {res['device']} {res['classes']} "
+                  f"OOM +{inc['t']:.0f}s ceiling {inc['ceiling']:.0f}s warning "
+                  f"{'lead ' + str(warned['lead']) if warned and warned['caught'] else 'MISSED'}")
+            k = t0 + inc["t"]
+            for t, rows in res["per_poll"]:
+                if not (k - window <= t <= k):
+                    continue
+                for row, raw, held in rows:
+                    if row["headroom"] >= 0:
+                        continue
+                    c = components(row)
+                    print(f"  +{t - t0:6.0f} eta {row['eta']!s:>6} raw {raw} held {held} "
+                          + ("" if c is None else f"g {c['grounded']} clears {c['clears']} timing {c['timing']} "
+                             f"over {c['over_gib']}GiB ({c.get('overflow_share')}) ungr {c.get('ungrounded_growth_gib')} "
+                             f"held {c.get('held_gib')} over_s {c.get('over_s')} drift {c.get('drift_s')} "
+                             f"procs {c['procs']}"))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    rec = sub.add_parser("record")
+    rec.add_argument("--corpus", type=int, choices=sorted(fa.CORPORA), required=True)
+    rec.add_argument("--seed", type=int, required=True)
+    rec.add_argument("--episodes", type=int, default=40)
+    rec.add_argument("--interval", type=float, default=5.0)
+    rec.add_argument("--jobs", type=int, default=1)
+    rec.add_argument("--out", required=True)
+    rep = sub.add_parser("replay")
+    rep.add_argument("files", nargs="+")
+    mis = sub.add_parser("misses")
+    mis.add_argument("files", nargs="+")
+    args = parser.parse_args(argv)
+    if args.cmd == "record":
+        return record(args)
+    for path in args.files:
+        try:
+            doc = load(path)
+        except (OSError, EOFError, pickle.UnpicklingError) as e:  # not a recording of `record`
+            print(f"foresight_replay: {path}: not a readable recording ({e.__class__.__name__}: {e})", file=sys.stderr)
+            return 2
+        if args.cmd == "misses":
+            misses(doc, replay(doc, trace_rows=True))
+        else:
+            print(line(f"corpus {doc['corpus']} seed {doc['seed']}", summary(replay(doc))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
