@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from dataclasses import replace
+from functools import lru_cache
 from typing import Mapping, Sequence
 
 from exporter.foresight.forecast import STEADY_BAND, STEADY_SECONDS
@@ -45,6 +46,7 @@ TREND_MIN_AGE = 120.0  # seconds a run must have lasted before its growth is tak
 _PARAM_LETTERS = ("k", "m", "b", "t")  # "8B fp16", "70b int4", "350M": parameters, never bytes
 
 
+@lru_cache(maxsize=4096)  # asked for several times per process per poll; keys repeat
 def workload_of(profile_key: str) -> str:
     """The workload key of a profile key (``<workload>@<GiB>GiB``)."""
     base, at, size = profile_key.rpartition("@")

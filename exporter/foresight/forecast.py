@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from exporter.foresight.exhaustion import TrendWindow
 from exporter.foresight.profiles import PEAK_BAND, WorkloadProfile, timeline_level
 from exporter.foresight.progress import LATE_FACTOR
 
@@ -283,21 +284,7 @@ def exhaustion_eta(
     ``window`` holds (Unix seconds, used bytes). None when there is no capacity, too few
     points or too short a span to judge, or use is not growing: the fitted growth over the
     window must be at least ``min_growth_bytes``, so noise around a flat line is not a trend.
-    0 when use is already at or above capacity and growing.
+    0 when use is already at or above capacity and growing. The foresight keeps its windows
+    as exporter.foresight.exhaustion.TrendWindow, which gives the same answer poll by poll.
     """
-    if capacity_bytes is None or len(window) < min_points:
-        return None
-    times = [t for t, _ in window]
-    span = max(times) - min(times)
-    if span < min_span_seconds:
-        return None
-    n = len(window)
-    mean_t = sum(times) / n
-    mean_u = sum(u for _, u in window) / n
-    sxx = sum((t - mean_t) ** 2 for t in times)
-    sxy = sum((t - mean_t) * (u - mean_u) for t, u in window)
-    slope = sxy / sxx  # bytes per second
-    if slope * span < min_growth_bytes:
-        return None
-    last_used = window[-1][1]
-    return max(0.0, (capacity_bytes - last_used) / slope)
+    return TrendWindow(samples=window).eta(capacity_bytes, min_points, min_span_seconds, min_growth_bytes)

@@ -141,8 +141,8 @@ class RunPlanner:
     def _scaled(self, key: str, capacity: int | None) -> WorkloadProfile | None:
         """This workload's profile learned on another device size, scaled to ``capacity``."""
         others = self.sizes.get(workload_of(key))
-        if not others:
-            return None
+        if not others or (len(others) == 1 and key in others):
+            return None  # no other size learned (scaled_profile of no candidates), the usual case
         candidates = [self.profiles[k] for k in others if k != key and k in self.profiles]
         cache_key = (key, capacity, tuple((p.key, p.updated_at) for p in candidates))
         cached = self._scaled_cache.get(key)
