@@ -13,6 +13,7 @@ the envelope never under-states what the run used at any age it covers.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from heapq import heapify, heappop, heappush
 
 Timeline = tuple[tuple[float, int], ...]  # ((age_seconds, bytes), ...) ascending ages, steps
 
@@ -116,17 +117,46 @@ def compact_envelope(points: list[tuple[float, int]] | Timeline, max_steps: int)
     gaps = sorted(b - a for a, b in zip(ages, ages[1:]))
     tail = gaps[len(gaps) // 2] if gaps else 1.0
     ends = ages[1:] + [ages[-1] + tail]
-    while len(ages) > max_steps:
-        best, best_cost = 0, None
-        for i in range(len(ages) - 1):
-            top = max(values[i], values[i + 1])
-            cost = (top - values[i]) * (ends[i] - ages[i]) + (top - values[i + 1]) * (ends[i + 1] - ages[i + 1])
-            if best_cost is None or cost < best_cost:
-                best, best_cost = i, cost
-        values[best] = max(values[best], values[best + 1])
-        ends[best] = ends[best + 1]
-        del ages[best + 1], values[best + 1], ends[best + 1]
-    return tuple(zip(ages, values))
+    # Merge the cheapest neighbours, the earliest of equally cheap ones, until max_steps are left.
+    # The costs of the pairs are kept in a heap (a merge changes only the two pairs around it), not
+    # recomputed over every pair for every merge: n log n, not n squared, for the same merges.
+    count = len(ages)
+    following = list(range(1, count + 1))  # the next surviving step (count: none)
+    preceding = list(range(-1, count - 1))  # the previous surviving step (-1: none)
+    version = [0] * count  # a heap entry of step i is current while its version is version[i]
+
+    def cost(i: int) -> float:
+        j = following[i]
+        top = max(values[i], values[j])
+        return (top - values[i]) * (ends[i] - ages[i]) + (top - values[j]) * (ends[j] - ages[j])
+
+    heap = [(cost(i), i, 0) for i in range(count - 1)]  # (cost of merging i with the next, i, version)
+    heapify(heap)
+    while count > max_steps:
+        _, i, seen = heappop(heap)
+        if seen != version[i]:
+            continue  # stale: step i merged or changed since
+        j = following[i]
+        values[i] = max(values[i], values[j])
+        ends[i] = ends[j]
+        following[i] = following[j]
+        if following[i] < len(ages):
+            preceding[following[i]] = i
+        version[j] = -1  # gone
+        count -= 1
+        version[i] += 1
+        if following[i] < len(ages):
+            heappush(heap, (cost(i), i, version[i]))
+        h = preceding[i]
+        if h >= 0:
+            version[h] += 1
+            heappush(heap, (cost(h), h, version[h]))
+    kept = []
+    i = 0
+    while i < len(ages):
+        kept.append((ages[i], values[i]))
+        i = following[i]
+    return tuple(kept)
 
 
 def _dedupe(points) -> list[tuple[float, int]]:
