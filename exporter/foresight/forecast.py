@@ -201,11 +201,29 @@ def demand_profile(curves: Sequence[Curve], other_bytes: int = 0) -> list[tuple[
         moments.update(t for t, _ in steps)
         if end is not None:
             moments.add(end)
-    return [
-        (tau, other_bytes + sum(curve_value(c, tau) for c in curves))
-        for tau in sorted(moments)
-        if 0.0 <= tau <= HORIZON_SECONDS
-    ]
+    taus = [tau for tau in sorted(moments) if 0.0 <= tau <= HORIZON_SECONDS]
+    if any(b < a for a, b in zip(taus, taus[1:])):  # a NaN among the moments upsets sorted()
+        return _demand_at(curves, other_bytes, taus)
+    # Each curve is swept once along the ascending taus (curve_value at each, without scanning
+    # its steps from the start every time); totals add the curves in order, as sum() did.
+    totals = [0] * len(taus)
+    for steps, end in curves:
+        count, k, value = len(steps), 0, 0
+        for i, tau in enumerate(taus):
+            if end is not None and tau >= end:
+                break  # 0 from here on: taus ascend
+            while k < count and not steps[k][0] > tau:  # curve_value: the last step before one that starts later
+                value = steps[k][1]
+                k += 1
+            if type(value) is not int:  # a float sum depends on its order: add as sum() does
+                return _demand_at(curves, other_bytes, taus)
+            totals[i] += value
+    return [(tau, other_bytes + total) for tau, total in zip(taus, totals)]
+
+
+def _demand_at(curves: Sequence[Curve], other_bytes: int, taus: list[float]) -> list[tuple[float, int]]:
+    """demand_profile() by curve_value() at each tau (for curves the sweep cannot take)."""
+    return [(tau, other_bytes + sum(curve_value(c, tau) for c in curves)) for tau in taus]
 
 
 def forecast_device(
