@@ -4,7 +4,8 @@
   direct search (every pair's cost before every merge, the earliest of equally cheap pairs)
   merged: the same timelines, so learned profiles and their forecasts do not move;
 - demand_profile sweeps each curve once along the moments instead of curve_value() at each;
-- recent_fall walks the run's values with comparisons instead of max() calls.
+- recent_fall walks the run's values with comparisons instead of max() calls;
+- follows() finds what a timeline held by a run's age by bisection over running maxima.
 
 Each is checked against the direct computation, written out here as it was."""
 
@@ -19,8 +20,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.foresight.basis import TREND_SKIP_LOAD, TREND_WINDOW, recent_fall
-from exporter.foresight.forecast import HORIZON_SECONDS, curve_value, demand_profile
-from exporter.foresight.profiles import MAX_RUN_POINTS, MAX_TIMELINE_STEPS, RunRecorder, _dedupe, compact_envelope
+from exporter.foresight.forecast import HORIZON_SECONDS, _held_by, curve_value, demand_profile
+from exporter.foresight.profiles import (
+    MAX_RUN_POINTS,
+    MAX_TIMELINE_STEPS,
+    RunRecorder,
+    WorkloadProfile,
+    _dedupe,
+    compact_envelope,
+)
 from foresight_scenarios import GiB, wan_memory
 
 
@@ -134,3 +142,24 @@ def test_recent_fall_as_before(seed):
             points.append((t, used))
         age = t + rng.random() * 5
         assert recent_fall(points, age) == direct_recent_fall(points, age)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_held_by_equals_the_step_by_step_search(seed):
+    """Timelines in order, out of order, with NaN starts, scaled up to a higher peak; ages
+    before, between, on and after the steps, infinite and NaN."""
+    rng = random.Random(seed)
+    for case in range(3000):
+        n = rng.randint(0, 10)
+        starts = sorted(rng.choice([0.0, rng.uniform(0, 1000), float(rng.randint(0, 50))]) for _ in range(n))
+        if case % 5 == 0 and n:
+            rng.shuffle(starts)
+        if case % 9 == 0 and n:
+            starts[rng.randrange(n)] = math.nan
+        timeline = tuple((s, rng.randrange(1, 2**36)) for s in starts)
+        peak = max([v for _, v in timeline], default=0) * rng.choice([1, 1, 2])
+        profile = WorkloadProfile("job", peak, 0.0, 100.0, 1, 1, timeline, 0.0)
+        for _ in range(5):
+            reached = rng.choice([rng.uniform(-10, 1100), 0.0, float(rng.randint(0, 50)), math.nan, math.inf])
+            expected = max((v for start, v in profile.scaled_timeline() if start <= reached), default=0)
+            assert _held_by(profile, reached) == expected

@@ -29,6 +29,7 @@ when started a minute apart, while the plain sum of expected peaks (also exporte
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -106,8 +107,31 @@ def follows(profile: WorkloadProfile, run_max_bytes: int, age: float, slowdown: 
     if run_max_bytes > profile.peak_bytes * MATCH_TOLERANCE:
         return False
     reached = age / (max(1.0, slowdown) * LATE_FACTOR)
-    learned = max((v for start, v in profile.scaled_timeline() if start <= reached), default=0)
-    return run_max_bytes * MATCH_TOLERANCE >= learned
+    return run_max_bytes * MATCH_TOLERANCE >= _held_by(profile, reached)
+
+
+def _held_by(profile: WorkloadProfile, reached: float) -> int:
+    """The most the profile's scaled timeline holds in steps that start by ``reached``, 0 if none.
+
+    Asked for every run every poll: the timeline's starts and running maxima are kept on the
+    (frozen) profile, and the answer is found by bisection where the starts ascend (they do in
+    every timeline the foresight makes; any other timeline is searched step by step).
+    """
+    kept = profile.__dict__.get("_held_by")
+    if kept is None:
+        timeline = profile.scaled_timeline()
+        starts = [start for start, _ in timeline]
+        highest, top = [], None
+        for _, value in timeline:
+            top = value if top is None or value > top else top
+            highest.append(top)
+        ascending = all(a <= b for a, b in zip(starts, starts[1:])) and all(a == a for a in starts)  # no NaN
+        kept = profile.__dict__["_held_by"] = (starts, highest, ascending)
+    starts, highest, ascending = kept
+    if not ascending or reached != reached:  # NaN: no step starts by it
+        return max((v for start, v in profile.scaled_timeline() if start <= reached), default=0)
+    found = bisect_right(starts, reached)
+    return highest[found - 1] if found else 0
 
 
 # A curve is (steps, end): steps ((tau, bytes), ...) from tau 0, end = tau it drops to 0 or None.
