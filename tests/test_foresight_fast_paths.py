@@ -5,6 +5,7 @@
   merged: the same timelines, so learned profiles and their forecasts do not move;
 - demand_profile sweeps each curve once along the moments instead of curve_value() at each;
 - recent_fall walks the run's values with comparisons instead of max() calls;
+- is_steady compares only the highest and lowest recent values with the band;
 - follows() finds what a timeline held by a run's age by bisection over running maxima.
 
 Each is checked against the direct computation, written out here as it was."""
@@ -19,7 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.foresight.basis import TREND_SKIP_LOAD, TREND_WINDOW, recent_fall
+from exporter.foresight.basis import STEADY_BAND, STEADY_SECONDS, TREND_SKIP_LOAD, TREND_WINDOW, is_steady, recent_fall
 from exporter.foresight.forecast import HORIZON_SECONDS, _held_by, curve_value, demand_profile
 from exporter.foresight.profiles import (
     MAX_RUN_POINTS,
@@ -163,3 +164,31 @@ def test_held_by_equals_the_step_by_step_search(seed):
             reached = rng.choice([rng.uniform(-10, 1100), 0.0, float(rng.randint(0, 50)), math.nan, math.inf])
             expected = max((v for start, v in profile.scaled_timeline() if start <= reached), default=0)
             assert _held_by(profile, reached) == expected
+
+
+def direct_is_steady(points, used):
+    if not points or used <= 0:
+        return False
+    start = bisect_left(points, points[-1][0] - STEADY_SECONDS, key=lambda p: p[0])
+    if start == 0 or len(points) - start < 3:
+        return False
+    band = STEADY_BAND * used
+    return all(abs(v - used) <= band for _, v in points[start:])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_is_steady_as_before(seed):
+    """Runs holding level within the band, just on its edges, just outside, and moving."""
+    rng = random.Random(seed)
+    steady = 0
+    for _ in range(3000):
+        level = rng.randrange(1, 2**36)
+        band = int(STEADY_BAND * level)
+        points, t = [], 0.0
+        for _ in range(rng.randint(0, 80)):
+            t += rng.choice([1.0, 5.0, 0.5])
+            points.append((t, level + rng.choice([0, band, -band, band + 1, -band - 1, rng.randint(-band, band)])))
+        used = rng.choice([level, points[-1][1] if points else level, 0])
+        assert is_steady(points, used) == direct_is_steady(points, used)
+        steady += direct_is_steady(points, used)
+    assert steady > 0

@@ -165,7 +165,9 @@ def is_steady(points: Sequence[tuple[float, int]], used: int) -> bool:
     if start == 0 or len(points) - start < 3:
         return False
     band = STEADY_BAND * used
-    return all(abs(v - used) <= band for _, v in points[start:])
+    values = [v for _, v in points[start:]]
+    # all(abs(v - used) <= band): v - used grows with v, so only the highest and the lowest can fail
+    return max(values) - used <= band and used - min(values) <= band
 
 
 def _age(point: tuple[float, int]) -> float:
