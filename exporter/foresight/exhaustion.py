@@ -1,7 +1,8 @@
-"""The exhaustion ETA's window: a memory domain's recent use, and the least-squares line through it.
+"""The exhaustion ETA: when a memory domain's use reaches its capacity at the trend of its recent use.
 
-The foresight keeps each memory domain's (Unix seconds, used bytes) samples of the last five
-minutes (TrendWindow) and asks every poll when use reaches capacity at the window's trend.
+exhaustion_eta() fits a window given as (time, bytes) pairs. The foresight keeps each memory
+domain's (Unix seconds, used bytes) samples of the last five minutes (TrendWindow) and asks
+every poll when use reaches capacity at the window's trend.
 Refitting the line from scratch walked the whole window (300 points at a 1 s poll) per
 domain per poll, the largest part of foresight's per-poll cost on an 8-GPU node. The window
 keeps the fit's sums instead, exactly: every time is a binary fraction, so ``t * 2**scale`` is
@@ -17,11 +18,29 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Iterable
+from typing import Iterable, Sequence
 
 MIN_POINTS = 5  # too few samples to judge a trend
 MIN_SPAN_SECONDS = 30.0  # too short a span to judge
 MIN_GROWTH_BYTES = 64 * 2**20  # the fitted growth over the window must be at least this: noise is not a trend
+
+
+def exhaustion_eta(
+    window: Sequence[tuple[float, int]],
+    capacity_bytes: int | None,
+    min_points: int = MIN_POINTS,
+    min_span_seconds: float = MIN_SPAN_SECONDS,
+    min_growth_bytes: int = MIN_GROWTH_BYTES,
+) -> float | None:
+    """Seconds until memory use reaches capacity at the least-squares trend of ``window``.
+
+    ``window`` holds (Unix seconds, used bytes). None when there is no capacity, too few
+    points or too short a span to judge, or use is not growing: the fitted growth over the
+    window must be at least ``min_growth_bytes``, so noise around a flat line is not a trend.
+    0 when use is already at or above capacity and growing. The foresight keeps its windows
+    as TrendWindow, which gives the same answer poll by poll.
+    """
+    return TrendWindow(samples=window).eta(capacity_bytes, min_points, min_span_seconds, min_growth_bytes)
 
 
 class TrendWindow:

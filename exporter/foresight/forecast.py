@@ -33,7 +33,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from exporter.foresight.exhaustion import TrendWindow
+from exporter.foresight.exhaustion import exhaustion_eta  # noqa: F401 - its home before the window kept sums
 from exporter.foresight.profiles import PEAK_BAND, WorkloadProfile, timeline_level
 from exporter.foresight.progress import LATE_FACTOR
 
@@ -312,21 +312,3 @@ def stagger_needed(processes: Sequence[ProcessState], capacity_bytes: int, other
             return spacing
         spacing += STAGGER_STEP_SECONDS
     return None
-
-
-def exhaustion_eta(
-    window: Sequence[tuple[float, int]],
-    capacity_bytes: int | None,
-    min_points: int = 5,
-    min_span_seconds: float = 30.0,
-    min_growth_bytes: int = 64 * 2**20,
-) -> float | None:
-    """Seconds until memory use reaches capacity at the least-squares trend of ``window``.
-
-    ``window`` holds (Unix seconds, used bytes). None when there is no capacity, too few
-    points or too short a span to judge, or use is not growing: the fitted growth over the
-    window must be at least ``min_growth_bytes``, so noise around a flat line is not a trend.
-    0 when use is already at or above capacity and growing. The foresight keeps its windows
-    as exporter.foresight.exhaustion.TrendWindow, which gives the same answer poll by poll.
-    """
-    return TrendWindow(samples=window).eta(capacity_bytes, min_points, min_span_seconds, min_growth_bytes)
