@@ -192,3 +192,33 @@ def test_is_steady_as_before(seed):
         assert is_steady(points, used) == direct_is_steady(points, used)
         steady += direct_is_steady(points, used)
     assert steady > 0
+
+
+def test_the_scaled_profile_follows_every_change_to_the_workloads_profiles():
+    """RunPlanner._scaled reuses its answer while none of the workload's profiles changed; a
+    profile learned, replaced or dropped (index()/forget(), as the Foresight calls them) is seen
+    at once, and the answer is the one scaled_profile() gives for the profiles there are then."""
+    from exporter.foresight.basis import scaled_profile
+    from exporter.foresight.runs import RunPlanner
+
+    def learned(key, peak, updated_at, device=80 * GiB):
+        return WorkloadProfile(key, peak, 10.0, 100.0, 1, 10, ((0.0, peak),), updated_at, device_bytes=device)
+
+    profiles = {"job@80GiB": learned("job@80GiB", 70 * GiB, 1.0)}
+    planner = RunPlanner(profiles)
+    here, capacity = "job@40GiB", 40 * GiB
+    first = planner._scaled(here, capacity)
+    assert first == scaled_profile([profiles["job@80GiB"]], capacity) and first.peak_bytes == 35 * GiB
+    assert planner._scaled(here, capacity) is first  # nothing changed: the same answer
+    profiles["job@80GiB"] = learned("job@80GiB", 60 * GiB, 2.0)
+    planner.index("job@80GiB")
+    assert planner._scaled(here, capacity).peak_bytes == 30 * GiB
+    profiles["job@20GiB"] = learned("job@20GiB", 19 * GiB, 3.0, device=20 * GiB)
+    planner.index("job@20GiB")
+    assert planner._scaled(here, capacity) == scaled_profile(
+        [profiles["job@80GiB"], profiles["job@20GiB"]], capacity)
+    del profiles["job@80GiB"], profiles["job@20GiB"]
+    planner.forget("job@80GiB")
+    planner.forget("job@20GiB")
+    assert planner._scaled(here, capacity) is None
+    assert planner._scaled(here, 20 * GiB) is None
