@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from dataclasses import replace
+from functools import lru_cache
 from typing import Mapping, Sequence
 
 from exporter.foresight.forecast import STEADY_BAND, STEADY_SECONDS
@@ -45,6 +46,7 @@ TREND_MIN_AGE = 120.0  # seconds a run must have lasted before its growth is tak
 _PARAM_LETTERS = ("k", "m", "b", "t")  # "8B fp16", "70b int4", "350M": parameters, never bytes
 
 
+@lru_cache(maxsize=4096)  # asked for several times per process per poll; keys repeat
 def workload_of(profile_key: str) -> str:
     """The workload key of a profile key (``<workload>@<GiB>GiB``)."""
     base, at, size = profile_key.rpartition("@")
@@ -129,7 +131,8 @@ def trend(points: Sequence[tuple[float, int]], age: float) -> tuple[float, float
     cuts = [0] + [bisect_left(recent, first + span * k / 3, key=_age) for k in (1, 2)] + [len(recent)]
     if any(a >= b for a, b in zip(cuts, cuts[1:])):
         return 0.0, 0.0
-    floors = [min(v for _, v in recent[a:b]) for a, b in zip(cuts, cuts[1:])]
+    values = [v for _, v in recent]
+    floors = [min(values[a:b]) for a, b in zip(cuts, cuts[1:])]
     if not floors[0] < floors[1] < floors[2] or floors[2] - floors[0] < TREND_MIN_GROWTH:
         return 0.0, 0.0
     return (floors[2] - floors[0]) / (span * 2 / 3), min(age / 4, TREND_MAX_SECONDS)
@@ -143,11 +146,14 @@ def recent_fall(points: Sequence[tuple[float, int]], age: float) -> tuple[int, i
     recent = points[bisect_left(points, max(age - TREND_WINDOW, TREND_SKIP_LOAD), key=_age):]  # ages ascend
     if not recent:
         return None
+    values = [v for _, v in recent]
     top, fall = 0, 0
-    for _, value in recent:
-        top = max(top, value)
-        fall = max(fall, top - value)
-    return min(v for _, v in recent), fall
+    for value in values:  # fall = the largest of (the highest so far - value), top = that highest
+        if value > top:
+            top = value
+        elif top - value > fall:
+            fall = top - value
+    return min(values), fall
 
 
 def is_steady(points: Sequence[tuple[float, int]], used: int) -> bool:
@@ -159,7 +165,9 @@ def is_steady(points: Sequence[tuple[float, int]], used: int) -> bool:
     if start == 0 or len(points) - start < 3:
         return False
     band = STEADY_BAND * used
-    return all(abs(v - used) <= band for _, v in points[start:])
+    values = [v for _, v in points[start:]]
+    # all(abs(v - used) <= band): v - used grows with v, so only the highest and the lowest can fail
+    return max(values) - used <= band and used - min(values) <= band
 
 
 def _age(point: tuple[float, int]) -> float:

@@ -29,9 +29,11 @@ when started a minute apart, while the plain sum of expected peaks (also exporte
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from exporter.foresight.exhaustion import exhaustion_eta  # noqa: F401 - its home before the window kept sums
 from exporter.foresight.profiles import PEAK_BAND, WorkloadProfile, timeline_level
 from exporter.foresight.progress import LATE_FACTOR
 
@@ -105,8 +107,31 @@ def follows(profile: WorkloadProfile, run_max_bytes: int, age: float, slowdown: 
     if run_max_bytes > profile.peak_bytes * MATCH_TOLERANCE:
         return False
     reached = age / (max(1.0, slowdown) * LATE_FACTOR)
-    learned = max((v for start, v in profile.scaled_timeline() if start <= reached), default=0)
-    return run_max_bytes * MATCH_TOLERANCE >= learned
+    return run_max_bytes * MATCH_TOLERANCE >= _held_by(profile, reached)
+
+
+def _held_by(profile: WorkloadProfile, reached: float) -> int:
+    """The most the profile's scaled timeline holds in steps that start by ``reached``, 0 if none.
+
+    Asked for every run every poll: the timeline's starts and running maxima are kept on the
+    (frozen) profile, and the answer is found by bisection where the starts ascend (they do in
+    every timeline the foresight makes; any other timeline is searched step by step).
+    """
+    kept = profile.__dict__.get("_held_by")
+    if kept is None:
+        timeline = profile.scaled_timeline()
+        starts = [start for start, _ in timeline]
+        highest, top = [], None
+        for _, value in timeline:
+            top = value if top is None or value > top else top
+            highest.append(top)
+        ascending = all(a <= b for a, b in zip(starts, starts[1:])) and all(a == a for a in starts)  # no NaN
+        kept = profile.__dict__["_held_by"] = (starts, highest, ascending)
+    starts, highest, ascending = kept
+    if not ascending or reached != reached:  # NaN: no step starts by it
+        return max((v for start, v in profile.scaled_timeline() if start <= reached), default=0)
+    found = bisect_right(starts, reached)
+    return highest[found - 1] if found else 0
 
 
 # A curve is (steps, end): steps ((tau, bytes), ...) from tau 0, end = tau it drops to 0 or None.
@@ -200,11 +225,29 @@ def demand_profile(curves: Sequence[Curve], other_bytes: int = 0) -> list[tuple[
         moments.update(t for t, _ in steps)
         if end is not None:
             moments.add(end)
-    return [
-        (tau, other_bytes + sum(curve_value(c, tau) for c in curves))
-        for tau in sorted(moments)
-        if 0.0 <= tau <= HORIZON_SECONDS
-    ]
+    taus = [tau for tau in sorted(moments) if 0.0 <= tau <= HORIZON_SECONDS]
+    if any(b < a for a, b in zip(taus, taus[1:])):  # a NaN among the moments upsets sorted()
+        return _demand_at(curves, other_bytes, taus)
+    # Each curve is swept once along the ascending taus (curve_value at each, without scanning
+    # its steps from the start every time); totals add the curves in order, as sum() did.
+    totals = [0] * len(taus)
+    for steps, end in curves:
+        count, k, value = len(steps), 0, 0
+        for i, tau in enumerate(taus):
+            if end is not None and tau >= end:
+                break  # 0 from here on: taus ascend
+            while k < count and not steps[k][0] > tau:  # curve_value: the last step before one that starts later
+                value = steps[k][1]
+                k += 1
+            if type(value) is not int:  # a float sum depends on its order: add as sum() does
+                return _demand_at(curves, other_bytes, taus)
+            totals[i] += value
+    return [(tau, other_bytes + total) for tau, total in zip(taus, totals)]
+
+
+def _demand_at(curves: Sequence[Curve], other_bytes: int, taus: list[float]) -> list[tuple[float, int]]:
+    """demand_profile() by curve_value() at each tau (for curves the sweep cannot take)."""
+    return [(tau, other_bytes + sum(curve_value(c, tau) for c in curves)) for tau in taus]
 
 
 def forecast_device(
@@ -269,35 +312,3 @@ def stagger_needed(processes: Sequence[ProcessState], capacity_bytes: int, other
             return spacing
         spacing += STAGGER_STEP_SECONDS
     return None
-
-
-def exhaustion_eta(
-    window: Sequence[tuple[float, int]],
-    capacity_bytes: int | None,
-    min_points: int = 5,
-    min_span_seconds: float = 30.0,
-    min_growth_bytes: int = 64 * 2**20,
-) -> float | None:
-    """Seconds until memory use reaches capacity at the least-squares trend of ``window``.
-
-    ``window`` holds (Unix seconds, used bytes). None when there is no capacity, too few
-    points or too short a span to judge, or use is not growing: the fitted growth over the
-    window must be at least ``min_growth_bytes``, so noise around a flat line is not a trend.
-    0 when use is already at or above capacity and growing.
-    """
-    if capacity_bytes is None or len(window) < min_points:
-        return None
-    times = [t for t, _ in window]
-    span = max(times) - min(times)
-    if span < min_span_seconds:
-        return None
-    n = len(window)
-    mean_t = sum(times) / n
-    mean_u = sum(u for _, u in window) / n
-    sxx = sum((t - mean_t) ** 2 for t in times)
-    sxy = sum((t - mean_t) * (u - mean_u) for t, u in window)
-    slope = sxy / sxx  # bytes per second
-    if slope * span < min_growth_bytes:
-        return None
-    last_used = window[-1][1]
-    return max(0.0, (capacity_bytes - last_used) / slope)

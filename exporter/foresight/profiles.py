@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-Timeline = tuple[tuple[float, int], ...]  # ((age_seconds, bytes), ...) ascending ages, steps
+from exporter.foresight.envelope import Timeline, _dedupe, compact_envelope  # noqa: F401 - used and re-exported
 
 MAX_TIMELINE_STEPS = 32  # steps kept per profile (about 0.5 KiB of JSON)
 MAX_RUN_POINTS = 512  # raw samples kept per live run before compaction kicks in
@@ -98,48 +98,6 @@ def timeline_level(timeline: Timeline, age: float, before: bool = False) -> int:
             break
         level = value
     return level
-
-
-def compact_envelope(points: list[tuple[float, int]] | Timeline, max_steps: int) -> Timeline:
-    """At most ``max_steps`` steps that are >= the input steps at every age.
-
-    Neighbouring steps are merged (into the earlier age and the larger value), cheapest
-    first, where the cost is the extra byte-seconds the merge adds: flat stretches merge for
-    free and short spikes keep their own step, so a peak does not get wider than it was.
-    """
-    steps = _dedupe(points)
-    if len(steps) <= max_steps:
-        return tuple(steps)
-    ages = [a for a, _ in steps]
-    values = [v for _, v in steps]
-    # Length of the last step is unknown; give it the median step length so its cost is fair.
-    gaps = sorted(b - a for a, b in zip(ages, ages[1:]))
-    tail = gaps[len(gaps) // 2] if gaps else 1.0
-    ends = ages[1:] + [ages[-1] + tail]
-    while len(ages) > max_steps:
-        best, best_cost = 0, None
-        for i in range(len(ages) - 1):
-            top = max(values[i], values[i + 1])
-            cost = (top - values[i]) * (ends[i] - ages[i]) + (top - values[i + 1]) * (ends[i + 1] - ages[i + 1])
-            if best_cost is None or cost < best_cost:
-                best, best_cost = i, cost
-        values[best] = max(values[best], values[best + 1])
-        ends[best] = ends[best + 1]
-        del ages[best + 1], values[best + 1], ends[best + 1]
-    return tuple(zip(ages, values))
-
-
-def _dedupe(points) -> list[tuple[float, int]]:
-    """Sorted steps with repeated values and repeated ages folded together (max wins)."""
-    steps: list[tuple[float, int]] = []
-    for age, value in sorted((float(a), int(v)) for a, v in points):
-        if steps and steps[-1][0] == age:
-            steps[-1] = (age, max(steps[-1][1], value))
-        elif steps and steps[-1][1] == value:
-            continue
-        else:
-            steps.append((age, value))
-    return steps
 
 
 class RunRecorder:

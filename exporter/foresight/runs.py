@@ -53,18 +53,25 @@ class RunPlanner:
     def __init__(self, profiles: dict[str, WorkloadProfile]) -> None:
         self.profiles = profiles
         self.sizes: dict[str, set[str]] = {}  # workload key -> its profile keys (one per device size)
+        # workload key -> a count bumped whenever one of its profiles is added, replaced or dropped
+        # (the Foresight calls index()/forget() for every change to ``profiles``)
+        self._generation: dict[str, int] = {}
         for key in profiles:
             self.index(key)
         self._scaled_cache: dict[str, tuple] = {}
         self._declared_cache: dict[str, int | None] = {}
 
     def index(self, key: str) -> None:
-        """Note a (new) profile key, so runs of its workload on other sizes find it."""
-        self.sizes.setdefault(workload_of(key), set()).add(key)
+        """Note a new or changed profile, so runs of its workload on other sizes find it."""
+        workload = workload_of(key)
+        self.sizes.setdefault(workload, set()).add(key)
+        self._generation[workload] = self._generation.get(workload, 0) + 1
 
     def forget(self, key: str) -> None:
         """A profile was dropped."""
-        self.sizes.get(workload_of(key), set()).discard(key)
+        workload = workload_of(key)
+        self.sizes.get(workload, set()).discard(key)
+        self._generation[workload] = self._generation.get(workload, 0) + 1
 
     def plan(self, live: LiveRun, capacity: int | None, slowdown: float, interval: float):
         """(profile, basis, progress) of a live run: the profile it follows, if any (see basis.py)."""
@@ -140,14 +147,19 @@ class RunPlanner:
 
     def _scaled(self, key: str, capacity: int | None) -> WorkloadProfile | None:
         """This workload's profile learned on another device size, scaled to ``capacity``."""
-        others = self.sizes.get(workload_of(key))
-        if not others:
-            return None
+        workload = workload_of(key)
+        others = self.sizes.get(workload)
+        if not others or (len(others) == 1 and key in others):
+            return None  # no other size learned (scaled_profile of no candidates), the usual case
+        cached = self._scaled_cache.get(key)
+        generation = self._generation.get(workload, 0)
+        if cached is not None and cached[2] == generation and cached[0][1] == capacity:
+            return cached[1]  # none of the workload's profiles changed since: the same candidates
         candidates = [self.profiles[k] for k in others if k != key and k in self.profiles]
         cache_key = (key, capacity, tuple((p.key, p.updated_at) for p in candidates))
-        cached = self._scaled_cache.get(key)
         if cached is None or cached[0] != cache_key:
-            cached = self._scaled_cache[key] = (cache_key, scaled_profile(candidates, capacity))
+            cached = (cache_key, scaled_profile(candidates, capacity))
+        self._scaled_cache[key] = (cached[0], cached[1], generation)
         return cached[1]
 
     def _declared(self, proc: ProcessInfo) -> int | None:

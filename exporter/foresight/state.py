@@ -18,7 +18,8 @@ from typing import Sequence
 from exporter.foresight.basis import workload_of
 from exporter.foresight.calibration import OutcomeLearner
 from exporter.foresight.confidence import ConfidenceHold, contention_confidence, hold_confidence
-from exporter.foresight.forecast import exhaustion_eta, forecast_device
+from exporter.foresight.exhaustion import TrendWindow
+from exporter.foresight.forecast import forecast_device
 from exporter.foresight.outcome import FULL_FRACTION, OUTCOME_GRACE, Outcomes
 from exporter.foresight.profiles import RunRecorder, WorkloadProfile, learn_run, learn_running
 from exporter.foresight.progress import device_slowdown
@@ -68,7 +69,7 @@ class Foresight:
         self.healthy = True  # False after observe() failed; the previous result is kept
         self._live: dict[RunId, LiveRun] = {}
         self._keys: dict[tuple[int, str, str], str] = {}  # (pid, name, cmdline) -> workload key
-        self._trends: dict[tuple[str, int | None], deque] = {}
+        self._trends: dict[tuple[str, int | None], TrendWindow] = {}
         self._oom: dict[tuple[int, str], int] = {}
         self.outcomes = Outcomes()  # suspected OOM kills and warnings (exporter.foresight.outcome)
         # what warnings and kills taught per workload (exporter.foresight.calibration), kept with the profiles
@@ -226,7 +227,7 @@ class Foresight:
             contention_confidence(states, forecast, interval), self._confidence.get(device_key), now,
             -(forecast.headroom_bytes or 0), capacity, OUTCOME_GRACE)
         device = None if unread else DeviceRow(gpu.index, gpu.uuid, domain.gi, domain.profile, forecast,
-                                               exhaustion_eta(window, capacity), confidence)
+                                               window.eta(capacity), confidence)
         contended = forecast.contention_in_seconds is not None and not unread
         rows = [
             ProcessRow(gpu.index, gpu.uuid, proc.gi, proc.pid, proc.name, process_sharing(gpu, proc),
@@ -286,14 +287,13 @@ class Foresight:
             key = self._keys[cache_key] = workload_key(proc.cmdline, proc.name, proc.environ, self.rules)
         return key
 
-    def _trend(self, device: tuple[str, int | None], now: float, used: int | None) -> list[tuple[float, int]]:
+    def _trend(self, device: tuple[str, int | None], now: float, used: int | None) -> TrendWindow:
         """Append this poll's use to the device's trend window; the window (Unix s, bytes)."""
-        window = self._trends.setdefault(device, deque())
-        if used is not None:
-            window.append((now, used))
-        while window and now - window[0][0] > self.trend_window:
-            window.popleft()
-        return list(window)
+        window = self._trends.get(device)
+        if window is None:
+            window = self._trends[device] = TrendWindow(self.trend_window)
+        window.add(now, used)
+        return window
 
     # ------------------------------------------------------------- learning
     def _finish_runs(self, seen: set[RunId], read_gpus: set[str], oom_devices: set[tuple[str, str]],

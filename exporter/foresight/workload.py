@@ -235,6 +235,7 @@ def _builtin_key(cmdline: str, name: str, environ: Mapping[str, str], pod: Any =
     return name or "unknown"
 
 
+@lru_cache(maxsize=4096)  # asked for every process every poll; keys repeat
 def profile_key(key: str, capacity_bytes: int | None) -> str:
     """The key profiles are learned under: the workload key plus the size of its device.
 
