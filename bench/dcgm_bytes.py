@@ -29,7 +29,7 @@ import dcgm_bench  # noqa: E402
 TIMING = re.compile(rb"(gpushare_exporter_\w*(duration|timestamp|cpu|memory|bytes)\w*|process_\w+)[ {]")
 
 
-def digests(polls: int = 12, backend: str = "dcgm") -> list[str]:
+def digests(polls: int = 12, kind: str = "dcgm") -> list[str]:
     tmp = Path(tempfile.mkdtemp(prefix="gpushare-dcgm-bytes-"))
     cases = [("a100-40gb-two-3g", dcgm_bench.SCENARIOS / "a100-40gb-two-3g.yaml", 300.0),
              ("a30-mig-dcgm", dcgm_bench.SCENARIOS / "a30-mig-dcgm.yaml", 240.0),
@@ -37,7 +37,7 @@ def digests(polls: int = 12, backend: str = "dcgm") -> list[str]:
              ("2xA100 7x1g MIG", dcgm_bench.a100_node(tmp, 2), 60.0)]
     out = []
     for label, path, start_at in cases:
-        backend, poller, advance = dcgm_bench.setup(path, backend, start_at, warmup=1)
+        backend, poller, advance = dcgm_bench.setup(path, kind, start_at, warmup=1)
         try:
             for n in range(polls):
                 advance()
