@@ -12,7 +12,9 @@ jobs, caches, frequency), so its DCGM/NVML ratio on the one-GPU MIG nodes moved 
 and 3.6x from round to round. Here one process holds both backends on the same scenario (two
 simulated hosts at the same virtual time) and polls them alternately, NVML then DCGM, then
 DCGM then NVML (the order swapped every pair), one virtual second apart, as ``exporter serve``
-polls (dcgm_bench's ``setup``: forecasts included, nothing encoded, serve's GC settings). Each
+polls (dcgm_bench's ``setup``: forecasts included, nothing encoded, serve's GC settings);
+both backends are made afresh every ``--block`` pairs (60), from the scenario's start time
+again, so every measured poll is in the same stretch of the scenario. Each
 pair's two polls run within a few milliseconds of each other, so what the machine does to one
 it mostly does to the other; the ratio is taken per pair and the median of those ratios
 reported with its interquartile range.
@@ -24,7 +26,9 @@ What is measured, per poll: the exporter's CPU =
 
 as dcgm_bench does (the simulated libraries stand in for C code a real driver and host engine
 run; the DCGM bindings' Python wrappers, pynvml, the readers, the merge, collectors,
-forecasts and the poller are the exporter's). ``--same nvml`` (or dcgm) polls two backends of
+forecasts and the poller are the exporter's). The DCGM side also reports the DCGM backend's own
+work inside its polls (DcgmBackend.poll less the NVML poll in it and the host engine's calls),
+which bench/dcgm_profile.py --own times in a tight loop out of context. ``--same nvml`` (or dcgm) polls two backends of
 the same kind the same way: its ratio, which should be 1.00x, is the bench's own bias and
 spread. Speed is never asserted; these are figures.
 """
@@ -78,6 +82,14 @@ class Side:
         self._advance_to = self.backend.sim.advance_to
         self.backend.sim.advance_to = self.sim_span.wrap(self._advance_to)
         self.timers = timers  # (fake NVML timer, fake host engine timer): class-wide, both sides
+        # The DCGM backend's own work in the poll: DcgmBackend.poll less the NVML backend's poll
+        # in it and the host engine's calls (all in DcgmSource.read), poll by poll.
+        inner = self.backend.inner
+        self.own_span = self.nvml_span = None
+        if hasattr(inner, "source"):
+            self.own_span, self.nvml_span = _Span(), _Span()
+            self._inner_poll, self._nvml_poll = inner.poll, inner.nvml.poll
+            inner.poll, inner.nvml.poll = self.own_span.wrap(inner.poll), self.nvml_span.wrap(inner.nvml.poll)
         self.rows: list[dict] = []
         self.expositions: list[bytes] | None = None  # each poll's /metrics less self-timing lines (tests)
 
@@ -91,11 +103,15 @@ class Side:
     def poll(self) -> dict:
         self.activate()
         nvml, engine = self.timers
-        marks = (time.process_time(), nvml.seconds, engine.seconds, self.sim_span.seconds)
+        spans = (self.own_span, self.nvml_span) if self.own_span is not None else (_Span(), _Span())
+        marks = (time.process_time(), nvml.seconds, engine.seconds, self.sim_span.seconds,
+                 spans[0].seconds, spans[1].seconds)
         self.poller.poll_once()
-        total, lib, eng, sim = (after - before for after, before in zip(
-            (time.process_time(), nvml.seconds, engine.seconds, self.sim_span.seconds), marks))
-        row = {"exporter": max(0.0, total - lib - eng - sim), "fake_nvml": lib, "fake_dcgm": eng}
+        total, lib, eng, sim, outer, inner = (after - before for after, before in zip(
+            (time.process_time(), nvml.seconds, engine.seconds, self.sim_span.seconds,
+             spans[0].seconds, spans[1].seconds), marks))
+        row = {"exporter": max(0.0, total - lib - eng - sim), "fake_nvml": lib, "fake_dcgm": eng,
+               "dcgm_own": max(0.0, outer - inner - eng)}
         self.rows.append(row)
         if self.expositions is not None:
             from dcgm_bytes import TIMING
@@ -111,50 +127,67 @@ class Side:
     def close(self) -> None:
         self.activate()
         self.backend.sim.advance_to = self._advance_to
+        if self.own_span is not None:
+            self.backend.inner.poll, self.backend.inner.nvml.poll = self._inner_poll, self._nvml_poll
         self.backend.close()
 
 
-def interleave(path: Path, start_at: float, pairs: int, kinds=("nvml", "dcgm"), keep: bool = False) -> dict:
+def interleave(path: Path, start_at: float, pairs: int, kinds=("nvml", "dcgm"), keep: bool = False,
+               block: int = 60) -> dict:
     """``pairs`` pairs of polls of ``kinds[0]`` and ``kinds[1]`` on one scenario; per-pair ratios.
-    ``keep``: also each side's /metrics after each poll (``result["sides"]``, for the tests)."""
+
+    Both sides are made afresh every ``block`` pairs, from ``start_at`` again: the measured
+    polls stay in the same stretch of the scenario (a30-mig-dcgm's profiling lock begins 120 s
+    after its start time), and each block's objects land elsewhere in memory, so one unlucky
+    layout does not decide the figure. ``keep``: also each side's /metrics after each poll
+    (``result["sides"]``: the last block's sides, for the tests)."""
     import pynvml
 
     nvml_timer, engine_timer = FakeLibTimer(), dcgm_bench.EngineTimer()
     cache = pynvml._nvmlGetFunctionPointer_cache
     nvml_timer.install()
     engine_timer.install()
-    sides = []
+    sides: list[Side] = []
+    rows: tuple[list, list] = ([], [])
+    ratios = []
     try:
-        for kind in kinds:
-            sides.append(Side(path, kind, start_at, (nvml_timer, engine_timer)))
-            if keep:
-                sides[-1].expositions = []
-        base, other = sides
-        ratios = []
-        with serve_gc():
-            for n in range(pairs):
-                base.advance()
-                other.advance()
-                first, second = (base, other) if n % 2 == 0 else (other, base)
-                a, b = first.poll(), second.poll()
-                row_base, row_other = (a, b) if first is base else (b, a)
-                if row_base["exporter"] > 0:
-                    ratios.append(row_other["exporter"] / row_base["exporter"])
+        done = 0
+        while done < pairs:
+            for side in reversed(sides):  # the last installed first: each gives back the one before it
+                side.close()
+            sides = []
+            for kind in kinds:
+                sides.append(Side(path, kind, start_at, (nvml_timer, engine_timer)))
+                if keep:
+                    sides[-1].expositions = []
+            base, other = sides
+            with serve_gc():
+                for n in range(min(block, pairs - done)):
+                    base.advance()
+                    other.advance()
+                    first, second = (base, other) if n % 2 == 0 else (other, base)
+                    a, b = first.poll(), second.poll()
+                    row_base, row_other = (a, b) if first is base else (b, a)
+                    rows[0].append(row_base)
+                    rows[1].append(row_other)
+                    if row_base["exporter"] > 0:
+                        ratios.append(row_other["exporter"] / row_base["exporter"])
+                    done += 1
         q1, mid, q3 = quartiles(ratios)
-        out = {"pairs": pairs, "ratio_median": mid, "ratio_q1": q1, "ratio_q3": q3,
-               "ratio_of_medians": (median(r["exporter"] for r in other.rows)
-                                    / median(r["exporter"] for r in base.rows))}
-        for side, key in ((base, "a"), (other, "b")):
+        out = {"pairs": pairs, "block": block, "ratio_median": mid, "ratio_q1": q1, "ratio_q3": q3, "ratios": ratios,
+               "ratio_of_medians": (median(r["exporter"] for r in rows[1]) / median(r["exporter"] for r in rows[0]))}
+        for side, side_rows, key in ((sides[0], rows[0], "a"), (sides[1], rows[1], "b")):
             out[key] = {"backend": side.kind, "series": side.series,
-                        "exporter_cpu_ms": 1000 * median(r["exporter"] for r in side.rows),
-                        "exporter_cpu_ms_q1": 1000 * quartiles([r["exporter"] for r in side.rows])[0],
-                        "fake_nvml_ms": 1000 * median(r["fake_nvml"] for r in side.rows),
-                        "fake_dcgm_ms": 1000 * median(r["fake_dcgm"] for r in side.rows)}
+                        "exporter_cpu_ms": 1000 * median(r["exporter"] for r in side_rows),
+                        "exporter_cpu_ms_q1": 1000 * quartiles([r["exporter"] for r in side_rows])[0],
+                        "fake_nvml_ms": 1000 * median(r["fake_nvml"] for r in side_rows),
+                        "fake_dcgm_ms": 1000 * median(r["fake_dcgm"] for r in side_rows),
+                        "dcgm_backend_own_ms": 1000 * median(r["dcgm_own"] for r in side_rows)}
         if keep:
             out["sides"] = sides
         return out
     finally:
-        for side in reversed(sides):  # the last installed first: each gives back the one before it
+        for side in reversed(sides):
             side.close()
         pynvml._nvmlGetFunctionPointer_cache = cache
         engine_timer.uninstall()
@@ -164,16 +197,20 @@ def interleave(path: Path, start_at: float, pairs: int, kinds=("nvml", "dcgm"), 
 def render(label: str, result: dict) -> str:
     a, b = result["a"], result["b"]
     return (f"{label:<24} {b['backend']}/{a['backend']} {result['ratio_median']:.3f}x "
-            f"(IQR {result['ratio_q1']:.3f}-{result['ratio_q3']:.3f}, {result['pairs']} pairs; ratio of medians "
+            f"(IQR {result['ratio_q1']:.3f}-{result['ratio_q3']:.3f}, {result['pairs']} pairs in blocks of "
+            f"{result['block']}; ratio of medians "
             f"{result['ratio_of_medians']:.3f}x)  exporter ms {a['backend']} {a['exporter_cpu_ms']:.3f} / "
             f"{b['backend']} {b['exporter_cpu_ms']:.3f}  series {a['series']} / {b['series']}  "
             f"apart: fake NVML {a['fake_nvml_ms']:.2f} / {b['fake_nvml_ms']:.2f}, "
-            f"host engine {a['fake_dcgm_ms']:.2f} / {b['fake_dcgm_ms']:.2f} ms")
+            f"host engine {a['fake_dcgm_ms']:.2f} / {b['fake_dcgm_ms']:.2f} ms"
+            + (f"; DCGM backend's own work in the poll {b['dcgm_backend_own_ms']:.3f} ms" if b["backend"] == "dcgm" else ""))
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="dcgm_pairs", description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=300, help="pairs of polls per scenario")
+    parser.add_argument("--block", type=int, default=60,
+                        help="pairs per pair of fresh backends, each block from the scenario's start time again")
     parser.add_argument("--only", metavar="TEXT", action="append",
                         help="only the scenarios whose label contains TEXT (repeatable)")
     parser.add_argument("--all", action="store_true", help="also the 8x A100 all-1g MIG node")
@@ -199,10 +236,11 @@ def main(argv=None) -> int:
     results = {}
     for label, path, start_at in cases:
         gc.collect()
-        results[label] = interleave(path, start_at, args.pairs, kinds)
+        results[label] = interleave(path, start_at, args.pairs, kinds, block=args.block)
         print(render(label, results[label]), flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        Path(args.json).write_text(json.dumps({label: {k: v for k, v in result.items() if k != "sides"}
+                                               for label, result in results.items()}, indent=1))
     return 0
 
 

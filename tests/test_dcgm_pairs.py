@@ -36,7 +36,7 @@ def test_pairs_smoke_reports_ratio_with_quartiles():
                          capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "process CPU minus the simulated NVML library, host engine and simulation" in out.stdout
-    match = re.search(r"a100-40gb-two-3g@300s\s+dcgm/nvml ([\d.]+)x \(IQR ([\d.]+)-([\d.]+), 5 pairs;.*"
+    match = re.search(r"a100-40gb-two-3g@300s\s+dcgm/nvml ([\d.]+)x \(IQR ([\d.]+)-([\d.]+), 5 pairs in blocks of 60;.*"
                       r"series (\d+) / (\d+)\s+apart: fake NVML [\d.]+ / [\d.]+, host engine ([\d.]+) / ([\d.]+) ms",
                       out.stdout)
     assert match, out.stdout
@@ -45,6 +45,7 @@ def test_pairs_smoke_reports_ratio_with_quartiles():
     nvml_series, dcgm_series = int(match[4]), int(match[5])
     assert dcgm_series > nvml_series > 100  # DCGM adds the pipe activity of the A100 and its GPU instances
     assert float(match[6]) == 0 < float(match[7])  # only the DCGM side calls the host engine
+    assert re.search(r"DCGM backend's own work in the poll [\d.]+ ms", out.stdout)
 
 
 def test_interleaved_sides_export_what_each_backend_exports_alone():
@@ -63,6 +64,8 @@ def test_interleaved_sides_export_what_each_backend_exports_alone():
                     alone[kind].append(_metrics(poller, dcgm_bytes.TIMING))
             finally:
                 backend.close()
+        result = dcgm_pairs.interleave(path, 240.0, 5, keep=True, block=2)  # blocks of 2, 2 and 1 pairs
+        assert [len(side.expositions) for side in result["sides"]] == [1, 1]
         result = dcgm_pairs.interleave(path, 240.0, 3, keep=True)
         for kind, side in zip(("nvml", "dcgm"), result["sides"]):
             assert side.kind == kind
