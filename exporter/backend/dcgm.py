@@ -5,7 +5,8 @@ tensor, FP64/32/16 and DRAM activity on every datacenter GPU since Volta (NVML's
 them only on Hopper and newer), and the device fields it watches anyway (power, energy,
 temperature, SM/memory/video clocks, utilization, volatile ECC counts). NVML still reads
 identity, MIG mode and inventory, memory, processes, MPS and XID events: the two combine
-per GPU, and what DCGM supplies this poll is not read through NVML (GpuReader.provided).
+per GPU: what DCGM supplies this poll is not read through NVML (GpuReader.provided) and goes
+into each GpuInfo as its NVML reader builds it (GpuReader.supplied), so no GPU is built twice.
 
 When DCGM cannot supply something (no host engine, -29, -33, -37, version mismatch, a GPU
 without profiling metrics), the NVML reader reads it instead where NVML can (GPM on Hopper+),
