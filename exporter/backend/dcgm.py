@@ -23,10 +23,10 @@ import time
 from exporter.backend.dcgm_bindings import Bindings
 from exporter.backend.dcgm_session import DcgmAddress, DcgmSession
 from exporter.backend.dcgm_source import DcgmReading, DcgmSource, NvmlView
-from exporter.backend.nvml_types import Supplied
 from exporter.backend.dcgm_values import (
     DEVICE_PROVIDES, PROFILING_FIELDS, PROFILING_PROVIDES, activity_values, device_values,
 )
+from exporter.backend.nvml_types import Supplied
 from exporter.snapshot import Activity, GpuInfo, Snapshot
 
 log = logging.getLogger(__name__)
