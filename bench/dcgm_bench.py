@@ -20,6 +20,10 @@ real embedded host engine runs in the exporter's process too, on its own threads
 the GIL); what remains is what the exporter itself costs: pynvml and DCGM binding wrappers,
 the readers, merging, collectors and rendering. NVML calls go through the exporter's choke
 point (NvmlCaller), DCGM calls through DcgmCaller. Speed is never asserted; these are figures.
+
+For the DCGM/NVML ratio on the one-GPU nodes prefer bench/dcgm_pairs.py: the two backends here
+run one after the other, and a poll of about 1 ms moves by 2-3x from one run to the next on a
+shared machine; dcgm_pairs polls them in turn in one process and takes the ratio pair by pair.
 """
 
 from __future__ import annotations

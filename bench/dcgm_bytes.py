@@ -1,6 +1,7 @@
 """Digest of the DCGM backend's /metrics after each of 12 polls on four nodes, for before/after checks.
 
     python bench/dcgm_bytes.py > after.txt           # python bench/dcgm_bytes.py 2: two polls each
+    python bench/dcgm_bytes.py --nvml > after.txt    # the same nodes through the NVML backend
     PYTHONPATH=<other checkout> python bench/dcgm_bytes.py > before.txt
     diff before.txt after.txt        # no output: the same bytes, poll by poll
 
@@ -28,7 +29,7 @@ import dcgm_bench  # noqa: E402
 TIMING = re.compile(rb"(gpushare_exporter_\w*(duration|timestamp|cpu|memory|bytes)\w*|process_\w+)[ {]")
 
 
-def digests(polls: int = 12) -> list[str]:
+def digests(polls: int = 12, kind: str = "dcgm") -> list[str]:
     tmp = Path(tempfile.mkdtemp(prefix="gpushare-dcgm-bytes-"))
     cases = [("a100-40gb-two-3g", dcgm_bench.SCENARIOS / "a100-40gb-two-3g.yaml", 300.0),
              ("a30-mig-dcgm", dcgm_bench.SCENARIOS / "a30-mig-dcgm.yaml", 240.0),
@@ -36,7 +37,7 @@ def digests(polls: int = 12) -> list[str]:
              ("2xA100 7x1g MIG", dcgm_bench.a100_node(tmp, 2), 60.0)]
     out = []
     for label, path, start_at in cases:
-        backend, poller, advance = dcgm_bench.setup(path, "dcgm", start_at, warmup=1)
+        backend, poller, advance = dcgm_bench.setup(path, kind, start_at, warmup=1)
         try:
             for n in range(polls):
                 advance()
@@ -51,4 +52,5 @@ def digests(polls: int = 12) -> list[str]:
 
 if __name__ == "__main__":
     logging.disable(logging.WARNING)
-    print("\n".join(digests(int(sys.argv[1]) if len(sys.argv) > 1 else 12)))
+    args = [a for a in sys.argv[1:] if a != "--nvml"]
+    print("\n".join(digests(int(args[0]) if args else 12, "nvml" if "--nvml" in sys.argv[1:] else "dcgm")))

@@ -5,7 +5,8 @@ tensor, FP64/32/16 and DRAM activity on every datacenter GPU since Volta (NVML's
 them only on Hopper and newer), and the device fields it watches anyway (power, energy,
 temperature, SM/memory/video clocks, utilization, volatile ECC counts). NVML still reads
 identity, MIG mode and inventory, memory, processes, MPS and XID events: the two combine
-per GPU, and what DCGM supplies this poll is not read through NVML (GpuReader.provided).
+per GPU: what DCGM supplies this poll is not read through NVML (GpuReader.provided) and goes
+into each GpuInfo as its NVML reader builds it (GpuReader.supplied), so no GPU is built twice.
 
 When DCGM cannot supply something (no host engine, -29, -33, -37, version mismatch, a GPU
 without profiling metrics), the NVML reader reads it instead where NVML can (GPM on Hopper+),
@@ -23,8 +24,9 @@ from exporter.backend.dcgm_bindings import Bindings
 from exporter.backend.dcgm_session import DcgmAddress, DcgmSession
 from exporter.backend.dcgm_source import DcgmReading, DcgmSource, NvmlView
 from exporter.backend.dcgm_values import (
-    DEVICE_PROVIDES, PROFILING_PROVIDES, activity_values, device_values,
+    DEVICE_PROVIDES, PROFILING_FIELDS, PROFILING_PROVIDES, activity_values, device_values,
 )
+from exporter.backend.nvml_types import Supplied
 from exporter.snapshot import Activity, GpuInfo, Snapshot
 
 log = logging.getLogger(__name__)
@@ -32,17 +34,24 @@ _PLAIN: dict[type, bool] = {}  # dataclass -> copied without its __init__ (see r
 _NONE: dict = {}  # no values (read only)
 _new_object = object.__new__
 _NO_ACTIVITY = Activity()  # the Activity each poll's ones are copied from (see replace)
+_PROFILING_ITEMS = tuple(PROFILING_FIELDS.items())
 
 
 def activity(values) -> Activity:
     """``Activity(**activity_values(values))``, built as replace() copies (a poll makes one per GPU
-    and GPU instance: 57 on an 8x A100 all-1g node), same clamping (dcgm_values.activity_values)."""
+    and GPU instance: 57 on an 8x A100 all-1g node), same clamping (dcgm_values.activity_values,
+    inlined: one pass, no call per value; tests/test_backend_dcgm_supply.py compares them)."""
     if not _is_plain(Activity):
         return Activity(**activity_values(values))
     new = _new_object(Activity)
     attributes = new.__dict__
     attributes.update(_NO_ACTIVITY.__dict__)
-    attributes.update(activity_values(values))
+    get = values.get
+    for fid, pipe in _PROFILING_ITEMS:
+        value = get(fid)
+        if value is not None:
+            value = float(value)
+            attributes[pipe] = value if 0.0 < value <= 1.0 else (1.0 if value > 1.0 else 0.0)
     return new
 
 
@@ -87,6 +96,50 @@ def replace(obj, **changes):
     return new
 
 
+class _InstanceActivity:
+    """A GPU's GPU instances' activity from DCGM, where the NVML reader asks GPM for it
+    (GpmReader.gpu_instance): DCGM's values of that instance, blank when DCGM has none."""
+
+    __slots__ = ("by_gi",)
+
+    def __init__(self, by_gi: dict):
+        self.by_gi = by_gi  # GI id -> Activity, made by _activities before the NVML read
+
+    def gpu_instance(self, ctx, parent, gi: int, key) -> Activity:
+        found = self.by_gi.get(gi)
+        return _NO_ACTIVITY if found is None else found
+
+    def prune_gpu_instances(self, live_keys) -> None:
+        """Nothing to free: no GPM samples are taken for these instances."""
+
+
+def _supply(device: dict | None, activities: dict | None, gpu_id: int | None) -> Supplied:
+    """DCGM's values for one GPU, for its NVML reader to build the GpuInfo with them in place:
+    the values DcgmBackend._merge_gpu copies in (tests/test_backend_dcgm_supply.py).
+    ``activities``: GI id (None: the GPU) -> Activity, when DCGM gives this GPU's activity."""
+    values: dict = {"dcgm_gpu_id": gpu_id}
+    clocks = health = instances = None
+    if device is not None:
+        parts = device_values(device)
+        values.update(parts["values"])
+        clocks, health = parts["clocks"], parts["health"]
+        values["ecc_errors"] = parts["ecc"]
+    if activities is not None:
+        values["activity"] = activities.get(None, _NO_ACTIVITY)
+        instances = _InstanceActivity(activities)
+    return Supplied(values, clocks, health, instances)
+
+
+def _activities(reading: DcgmReading) -> dict[int, dict]:
+    """NVML index -> {GI id, None for the GPU: Activity} for each GPU whose activity DCGM gives."""
+    out: dict[int, dict] = {index: {} for index in reading.profiled}
+    for (index, gi), fields in reading.profiling.items():
+        per_gpu = out.get(index)
+        if per_gpu is not None:
+            per_gpu[gi] = activity(fields)
+    return out
+
+
 class DcgmBackend:
     """``Backend`` "dcgm": an NvmlBackend plus a DcgmSource (see the module docstring)."""
 
@@ -101,6 +154,7 @@ class DcgmBackend:
         self.reason = reason
         self._open = False
         self._gpu_ids: dict[int, int] = {}  # NVML index -> DCGM gpuId, from the last mapping
+        self._gpu_ids_of: dict | None = None  # the session's gpu_index that _gpu_ids was made of
 
     def open(self) -> None:
         if not getattr(self.nvml, "_open", False):
@@ -113,8 +167,13 @@ class DcgmBackend:
             raise RuntimeError("DcgmBackend.poll() called before open()")
         started = time.monotonic()
         reading = self.source.read()
-        for reader in self.nvml.readers:
-            reader.provided = _PROVIDES[reader.index in reading.device, reader.index in reading.profiled]
+        gpu_ids = self._current_gpu_ids()
+        device, activities = reading.device, _activities(reading)
+        for reader in self.nvml.readers:  # DCGM's values go into each GpuInfo as it is built
+            index = reader.index
+            values, gpu_activity = device.get(index), activities.get(index)
+            reader.provided = _PROVIDES[values is not None, gpu_activity is not None]
+            reader.supplied = _supply(values, gpu_activity, gpu_ids.get(index))
         snapshot = self.nvml.poll()
         self.source.observe(NvmlView(
             uuids={g.uuid: g.index for g in snapshot.gpus if g.uuid},
@@ -122,16 +181,35 @@ class DcgmBackend:
                     for g in snapshot.gpus if g.up}))
         return self._merge(snapshot, reading, time.monotonic() - started)
 
-    def _merge(self, snapshot: Snapshot, reading: DcgmReading, duration: float) -> Snapshot:
+    def _current_gpu_ids(self) -> dict[int, int]:
+        """NVML index -> DCGM gpuId of the session's mapping (the last one while the host engine
+        is away), made again only when the session maps anew (discover() makes a new dict)."""
         session = self.source.session
-        if session is not None and session.gpu_index:  # kept while the host engine is away
+        if session is not None and session.gpu_index and session.gpu_index is not self._gpu_ids_of:
             self._gpu_ids = {index: gpu_id for gpu_id, index in session.gpu_index.items()}
-        gpus = tuple(self._merge_gpu(gpu, reading, self._gpu_ids.get(gpu.index)) for gpu in snapshot.gpus)
-        section_ok = dict(snapshot.section_ok)
-        for section, _, _ in reading.value_errors:
-            section_ok[section] = False
-        call_errors = dict(snapshot.call_errors)
-        call_errors.update(self.source.errors)
+            self._gpu_ids_of = session.gpu_index
+        return self._gpu_ids
+
+    def _merge(self, snapshot: Snapshot, reading: DcgmReading, duration: float) -> Snapshot:
+        gpu_ids = self._current_gpu_ids()  # the mapping may have changed since the readers were given theirs
+        filled = {reader.index: reader.filled for reader in self.nvml.readers}
+        gpus = []
+        for gpu in snapshot.gpus:
+            gpu_id = gpu_ids.get(gpu.index)
+            if filled.get(gpu.index) is not gpu:  # down, timed out, or read before DCGM's values were given
+                gpus.append(self._merge_gpu(gpu, reading, gpu_id))
+            else:  # built with DCGM's values in place (exporter.backend.nvml_types.Supplied)
+                gpus.append(gpu if gpu.dcgm_gpu_id == gpu_id else replace(gpu, dcgm_gpu_id=gpu_id))
+        gpus = tuple(gpus)
+        section_ok = snapshot.section_ok  # NVML's Snapshot is dropped: its mappings are only copied to change
+        if reading.value_errors:
+            section_ok = dict(section_ok)
+            for section, _, _ in reading.value_errors:
+                section_ok[section] = False
+        call_errors = snapshot.call_errors
+        if self.source.errors:
+            call_errors = dict(call_errors)
+            call_errors.update(self.source.errors)
         return replace(
             snapshot, backend=self.name, gpus=gpus, section_ok=section_ok, call_errors=call_errors,
             poll_duration_seconds=duration, sources={**snapshot.sources, **reading.sources},
@@ -139,6 +217,8 @@ class DcgmBackend:
 
     @staticmethod
     def _merge_gpu(gpu: GpuInfo, reading: DcgmReading, gpu_id: int | None) -> GpuInfo:
+        """``gpu`` with DCGM's values, as a copy: for a GPU not built with them in place (see
+        _supply, which gives the same values)."""
         changes: dict = {"dcgm_gpu_id": gpu_id}  # one replace per GPU: a poll makes few copies
         if not gpu.up:
             return replace(gpu, **changes)

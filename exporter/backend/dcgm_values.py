@@ -184,25 +184,27 @@ def decode(bindings, fv) -> Reading:
 
 def device_values(values: Mapping[int, object | None]) -> dict:
     """GpuInfo keyword values from device field values (absent ones stay None)."""
-
-    def num(fid, scale=1.0):
-        value = values.get(fid)
-        return None if value is None else value * scale
-
-    energy = num(156, 1e-3)  # mJ -> J
-    temperature = num(150)
+    get = values.get  # one look-up per field: a poll does this for every GPU
+    utilization, memory_utilization, power, limit = get(203), get(204), get(155), get(164)
+    energy, temperature = get(156), get(150)
     out = {
-        "utilization_ratio": num(203, 0.01),
-        "memory_utilization_ratio": num(204, 0.01),
-        "power_watts": num(155),
-        "power_limit_watts": num(164),
-        "energy_joules": energy,
-        "temperature_celsius": None if temperature is None else float(temperature),
+        "utilization_ratio": None if utilization is None else utilization * 0.01,
+        "memory_utilization_ratio": None if memory_utilization is None else memory_utilization * 0.01,
+        "power_watts": None if power is None else power * 1.0,
+        "power_limit_watts": None if limit is None else limit * 1.0,
+        "energy_joules": None if energy is None else energy * 1e-3,  # mJ -> J
+        "temperature_celsius": None if temperature is None else float(temperature * 1.0),
     }
-    clocks = {name: values[fid] * 1e6 for fid, name in ((100, "sm"), (101, "memory"), (102, "video"))
-              if values.get(fid) is not None}
-    ecc = {name: int(values[fid]) for fid, name in ((310, "corrected"), (311, "uncorrected"))
-           if values.get(fid) is not None}
+    clocks = {}
+    for fid, name in ((100, "sm"), (101, "memory"), (102, "video")):
+        mhz = get(fid)
+        if mhz is not None:
+            clocks[name] = mhz * 1e6
+    ecc = {}
+    for fid, name in ((310, "corrected"), (311, "uncorrected")):
+        count = get(fid)
+        if count is not None:
+            ecc[name] = int(count)
     return {"values": out, "clocks": clocks, "ecc": ecc, "health": health_values(values)}
 
 
@@ -245,12 +247,13 @@ _PROFILING_ITEMS = tuple(PROFILING_FIELDS.items())
 def activity_values(values: Mapping[int, object | None]) -> dict:
     """Activity keyword values from profiling field values, clamped to 0..1 (absent: left out).
 
-    min(1.0, max(0.0, v)) for every value; the test in front only skips those calls where
-    they return v itself (0 < v <= 1), so 0.0, -0.0 and NaN come out as they did."""
+    What min(1.0, max(0.0, v)) gives, without its two calls: v itself for 0 < v <= 1, 1.0
+    above (+inf too), 0.0 for the rest (0.0, -0.0, negatives and NaN, which max(0.0, v)
+    turns into its first argument, 0.0)."""
     out = {}
     for fid, pipe in _PROFILING_ITEMS:
         value = values.get(fid)
         if value is not None:
             value = float(value)
-            out[pipe] = value if 0.0 < value <= 1.0 else min(1.0, max(0.0, value))
+            out[pipe] = value if 0.0 < value <= 1.0 else (1.0 if value > 1.0 else 0.0)
     return out

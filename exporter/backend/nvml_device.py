@@ -15,7 +15,9 @@ from exporter.backend.nvml_gpm import GpmReader
 from exporter.backend.nvml_health import HealthReader
 from exporter.backend.nvml_mig import MigReader
 from exporter.backend.nvml_procs import ProcessReader, sharing_mode
-from exporter.backend.nvml_types import NA, SECTIONS, DeviceTag, NvmlCallError, PollContext, field_of, frozen_maker, ok
+from exporter.backend.nvml_types import (
+    NA, SECTIONS, DeviceTag, NvmlCallError, PollContext, Supplied, field_of, frozen_maker, ok,
+)
 from exporter.backend.procinfo import DeviceRef, ProcFs
 from exporter.identity import Identifier
 from exporter.snapshot import DeviceHealth, GpuInfo
@@ -92,6 +94,12 @@ class GpuReader:
         # its GPU instances), "health" (see exporter.backend.nvml_health.HealthReader.read). Set
         # by the owner before each read; empty for the NVML backend.
         self.provided: frozenset[str] = frozenset()
+        # What that source supplies for this GPU this poll, put into the GpuInfo as it is built
+        # (Supplied; None: nothing, the NVML backend). ``filled``: the last GpuInfo built with
+        # it, so the owner can tell a GPU that already holds its values from one that does not
+        # (a GPU down or timed out is built without them).
+        self.supplied: Supplied | None = None
+        self.filled: GpuInfo | None = None
 
     # -- public -------------------------------------------------------------------------
 
@@ -200,8 +208,11 @@ class GpuReader:
             mode_value = ctx.get("gpu", "nvmlDeviceGetComputeMode", h)  # needs a MIG handle under MIG
             values["compute_mode"] = COMPUTE_MODES.get(mode_value, "unknown")
         self.procs.begin_poll()
+        supplied = self.supplied
         if mig_mode:
             gpm = None if "mig_activity" in provided else self.gpm
+            if supplied is not None and supplied.mig_activity is not None:
+                gpm = supplied.mig_activity  # each GPU instance's activity from the other source
             instances, processes, servers, capacity = self.mig.read(ctx, h, self.index, self.uuid, self.procs, gpm)
             values.update(mig_instances=tuple(instances), mig_free_capacity=capacity)
         else:
@@ -218,8 +229,15 @@ class GpuReader:
             sharing = self._sharing = sharing_mode(mig_mode, processes, servers)
         values.update(processes=tuple(processes), mps_servers=tuple(servers), sharing=sharing)
         self.health.last_xid = self.xid.last
-        values["health"] = self.health.read(ctx, h, mig_mode, provided)
-        return _gpu_info(**values)
+        if supplied is None:
+            values["health"] = self.health.read(ctx, h, mig_mode, provided)
+            return _gpu_info(**values)
+        values["health"] = self.health.read(ctx, h, mig_mode, provided, supplied.health)
+        values.update(supplied.values)
+        if supplied.clocks is not None:
+            values["clocks_hertz"] = {**values["clocks_hertz"], **supplied.clocks}
+        info = self.filled = _gpu_info(**values)
+        return info
 
     def _xid_health(self) -> DeviceHealth:
         """A down GPU keeps its last XID (often the reason it went down)."""

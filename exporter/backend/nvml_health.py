@@ -89,10 +89,12 @@ class HealthReader:
         self._link_state = {}
         self._pcie_last = {}
 
-    def read(self, ctx: PollContext, h, mig_mode: bool | None, skip: frozenset[str] = frozenset()) -> DeviceHealth:
+    def read(self, ctx: PollContext, h, mig_mode: bool | None, skip: frozenset[str] = frozenset(),
+             supplied: dict | None = None) -> DeviceHealth:
         """This poll's health of the GPU behind handle ``h``. ``skip``: "health" when another
         source (DCGM) supplies memory temperature, PCIe replays, media engines, violations,
-        remapped rows and retired pages (NVLink, PCIe throughput and the license stay here)."""
+        remapped rows and retired pages (NVLink, PCIe throughput and the license stay here);
+        ``supplied``: that source's DeviceHealth values, set over what is read here."""
         now = self.clock()
         slow_due = self._slow_at is None or not 0 <= now - self._slow_at < SLOW_SECONDS
         mine = "health" not in skip
@@ -115,6 +117,8 @@ class HealthReader:
             values.update(self._memory(ctx, h))
         if self.last_xid is not None:
             values["last_xid"], values["last_xid_timestamp"] = self.last_xid
+        if supplied:
+            values.update(supplied)
         return _device_health(**values)
 
     # -- per poll -------------------------------------------------------------------------

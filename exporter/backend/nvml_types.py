@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 class _NotAvailable:
@@ -200,3 +201,23 @@ def frozen_maker(cls):
         return obj
 
     return make
+
+
+class Supplied(NamedTuple):
+    """What another source (the DCGM backend) gives for one GPU this poll, put in place as the
+    GpuInfo is built (one object, not NVML's and then a copy with the other's values):
+
+    - ``values``: GpuInfo keyword values set over NVML's (e.g. power, temperature, ECC counts,
+      the GPU's activity, its DCGM id);
+    - ``clocks``: clock name -> Hz added after NVML's (None: NVML's alone);
+    - ``health``: DeviceHealth keyword values set over NVML's (None: NVML's alone);
+    - ``mig_activity``: each GPU instance's activity, as a GpmReader gives it
+      (``gpu_instance(ctx, parent, gi, key)``, ``prune_gpu_instances(keys)``; None: as
+      ``provided`` says).
+
+    The reader still leaves out of its own reads what ``provided`` names."""
+
+    values: dict
+    clocks: dict | None = None
+    health: dict | None = None
+    mig_activity: object | None = None

@@ -1,0 +1,76 @@
+"""bench/dcgm_pairs.py: the interleaved DCGM/NVML bench (issue 22, item 3).
+
+Never asserts on speed: that the harness runs and reports, and that two backends polled in
+turn in one process each see their own simulated host (the same /metrics, poll by poll, as a
+backend polled alone), so the pairs compare what two separate exporters would export.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "bench"
+
+
+def _bench_modules():
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    import dcgm_bench
+    import dcgm_bytes
+    import dcgm_pairs
+
+    return dcgm_bench, dcgm_bytes, dcgm_pairs
+
+
+def _metrics(poller, timing) -> bytes:
+    return b"\n".join(line for line in poller.exposition.text.split(b"\n") if not timing.match(line))
+
+
+def test_pairs_smoke_reports_ratio_with_quartiles():
+    out = subprocess.run([sys.executable, str(BENCH / "dcgm_pairs.py"), "--smoke"], cwd=REPO,
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "process CPU minus the simulated NVML library, host engine and simulation" in out.stdout
+    match = re.search(r"a100-40gb-two-3g@300s\s+dcgm/nvml ([\d.]+)x \(IQR ([\d.]+)-([\d.]+), 5 pairs in blocks of 60;.*"
+                      r"series (\d+) / (\d+)\s+apart: fake NVML [\d.]+ / [\d.]+, host engine ([\d.]+) / ([\d.]+) ms",
+                      out.stdout)
+    assert match, out.stdout
+    ratio, q1, q3 = map(float, match.groups()[:3])
+    assert q1 <= ratio <= q3
+    nvml_series, dcgm_series = int(match[4]), int(match[5])
+    assert dcgm_series > nvml_series > 100  # DCGM adds the pipe activity of the A100 and its GPU instances
+    assert float(match[6]) == 0 < float(match[7])  # only the DCGM side calls the host engine
+    assert re.search(r"DCGM backend's own work in the poll [\d.]+ ms", out.stdout)
+
+
+def test_interleaved_sides_export_what_each_backend_exports_alone():
+    dcgm_bench, dcgm_bytes, dcgm_pairs = _bench_modules()
+    logging.disable(logging.WARNING)
+    try:
+        path = dcgm_bench.SCENARIOS / "a30-mig-dcgm.yaml"
+        alone = {}
+        for kind in ("nvml", "dcgm"):
+            backend, poller, advance = dcgm_bench.setup(path, kind, 240.0)
+            try:
+                alone[kind] = []
+                for _ in range(3):
+                    advance()
+                    poller.poll_once()
+                    alone[kind].append(_metrics(poller, dcgm_bytes.TIMING))
+            finally:
+                backend.close()
+        result = dcgm_pairs.interleave(path, 240.0, 5, keep=True, block=2)  # blocks of 2, 2 and 1 pairs
+        assert [len(side.expositions) for side in result["sides"]] == [1, 1]
+        result = dcgm_pairs.interleave(path, 240.0, 3, keep=True)
+        for kind, side in zip(("nvml", "dcgm"), result["sides"]):
+            assert side.kind == kind
+            assert side.expositions == alone[kind]
+        assert alone["dcgm"][0] != alone["nvml"][0]
+        assert result["pairs"] == 3 and result["ratio_q1"] <= result["ratio_median"] <= result["ratio_q3"]
+    finally:
+        logging.disable(logging.NOTSET)
