@@ -150,6 +150,10 @@ def play(episode, interval: float, corpus: int = 1) -> dict:
         backend.close()
     scored = {tier: _score(episode, _union(a.intervals for a in tier_alerts), kills, trace, profiles_at_test or 0)
               for tier, tier_alerts in alerts.items()}
+    # "any": a page or a warning, whichever fired (critical pages outlast warnings since the
+    # sixth round's keep_firing_for, so the warning tier alone undercounts what was caught).
+    scored["any"] = _score(episode, _union(a.intervals for tier_alerts in alerts.values() for a in tier_alerts),
+                           kills, trace, profiles_at_test or 0)
     result = scored["warning"]
     result["tiers"] = {tier: {"incidents": r["incidents"], "alerts": r["alerts"]} for tier, r in scored.items()}
     return result
@@ -280,7 +284,7 @@ def report(results: list[dict], args) -> dict:
         print(f"\n{tier + ' tier':40} {'measured':26} target")
         for name, measured, target in rows:
             print(f"{name:40} {measured:26} {target}")
-    fb = figures(based, "warning")
+    fb = figures(based, "any")
     print(f"{'first-run recall, with a basis, any tier':40} {_ratio(fb['recall'], fb['caught'], fb['incidents']):26} >= 0.7")
     print("  * where the ceiling allows: a collision 100 s after the last co-tenant started cannot be foreseen 300 s ahead")
     print("\nPer class, critical tier (learned episodes; the first_run and learned rows cover all episodes)")
