@@ -95,15 +95,21 @@ def test_engine_timer_takes_calls_through_symbols_cached_before_it():
         seen = []
         timer.install()
         timed = hostengine.FakeDcgmLib.invoke
-        hostengine.FakeDcgmLib.invoke = lambda self, name, method, args: (seen.append(name), timed(self, name, method, args))[1]
+
+        def counted(self, name, method, args):  # every call that reaches the timed door
+            seen.append(name)
+            return timed(self, name, method, args)
+
+        hostengine.FakeDcgmLib.invoke = counted
         for _ in range(3):
             advance()
             poller.poll_once()
+        hostengine.FakeDcgmLib.invoke = timed
         assert seen and len(seen) == sum(lib.call_counts.values()) - calls
         assert seen.count("dcgmEntitiesGetLatestValues") >= 3 and timer.seconds > 0
     finally:
-        hostengine.FakeDcgmLib.invoke = original if timer._original is None else timer._original
         timer.uninstall()
+        hostengine.FakeDcgmLib.invoke = original
         backend.close()
         logging.disable(logging.NOTSET)
     assert hostengine.FakeDcgmLib.invoke is original
