@@ -54,34 +54,51 @@ SCENARIOS = HERE.parent / "examples" / "scenarios"
 
 
 class EngineTimer:
-    """Thread CPU seconds spent inside the simulated DCGM library (every C symbol it answers)."""
+    """Thread CPU seconds spent inside the simulated DCGM library (every C symbol it answers).
+
+    The fake bindings cache each symbol after its first look-up, as the real ones do, so the
+    timer wraps the library's one door for every call (``FakeDcgmLib.invoke``, looked up on the
+    class at each call): symbols cached before ``install`` are timed too. A checkout whose fake
+    library has no ``invoke`` (before the sixth pass) looks every symbol up on every call; there
+    the look-up is wrapped, as this timer did then."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
         self._lock = threading.Lock()
         self._original = None
+        self._attribute = "invoke" if hasattr(hostengine.FakeDcgmLib, "invoke") else "__getattr__"
 
     def install(self) -> None:
-        original = self._original = hostengine.FakeDcgmLib.__getattr__
+        original = self._original = getattr(hostengine.FakeDcgmLib, self._attribute)
         timer = self
+
+        def timed_call(fn, *args):
+            start = time.thread_time()
+            try:
+                return fn(*args)
+            finally:
+                with timer._lock:
+                    timer.seconds += time.thread_time() - start
+
+        if self._attribute == "invoke":
+            def timed_invoke(lib, name, method, args):
+                return timed_call(original, lib, name, method, args)
+            setattr(hostengine.FakeDcgmLib, "invoke", timed_invoke)
+            return
 
         def timed_getattr(lib, name):
             symbol = original(lib, name)
 
             def timed(*args):
-                start = time.thread_time()
-                try:
-                    return symbol(*args)
-                finally:
-                    with timer._lock:
-                        timer.seconds += time.thread_time() - start
+                return timed_call(symbol, *args)
             return timed
 
         hostengine.FakeDcgmLib.__getattr__ = timed_getattr
 
     def uninstall(self) -> None:
         if self._original is not None:
-            hostengine.FakeDcgmLib.__getattr__ = self._original
+            setattr(hostengine.FakeDcgmLib, self._attribute, self._original)
+            self._original = None
 
 
 def a100_node(tmp: Path, gpus: int = 8) -> Path:

@@ -63,8 +63,8 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
 class Side:
     """One backend on its own simulated host, polled as serve polls it; each poll's exporter CPU.
 
-    pynvml (``nvmlLib`` and its function-pointer cache) and the fake DCGM bindings (``dcgmLib``)
-    hold one library per process: each side's are put back before its poll (``activate``,
+    pynvml (``nvmlLib`` and its function-pointer cache) and the fake DCGM bindings (``dcgmLib`` and
+    its ``_dcgmGetFunctionPointer_cache``) hold one library per process: each side's are put back before its poll (``activate``,
     outside the measured CPU), so each side calls its own simulated host, its pointers cached
     as in a process of its own."""
 
@@ -78,6 +78,8 @@ class Side:
         source = getattr(self.backend.inner, "source", None)
         self.structs = source.bindings.structs if source is not None else None
         self.dcgm_lib = self.structs.dcgmLib if self.structs is not None else None
+        # the bindings' symbol cache (a checkout whose fake bindings look symbols up every call has none)
+        self.dcgm_cache = getattr(self.structs, "_dcgmGetFunctionPointer_cache", None)
         self.sim_span = _Span()
         self._advance_to = self.backend.sim.advance_to
         self.backend.sim.advance_to = self.sim_span.wrap(self._advance_to)
@@ -99,6 +101,8 @@ class Side:
         pynvml.nvmlLib, pynvml._nvmlGetFunctionPointer_cache = self.nvml_lib, self.nvml_cache
         if self.structs is not None:
             self.structs.dcgmLib = self.dcgm_lib
+            if self.dcgm_cache is not None:
+                self.structs._dcgmGetFunctionPointer_cache = self.dcgm_cache
 
     def poll(self) -> dict:
         self.activate()

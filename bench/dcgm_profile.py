@@ -157,6 +157,71 @@ def own_work(path: Path, start_at: float, number: int = 2000, repeat: int = 7) -
         backend.close()
 
 
+def fused_estimate(path: Path, start_at: float, number: int = 5000, repeat: int = 7) -> dict:
+    """What building each poll's Activities straight from the decoded values would save (issue 22,
+    item 3, lead "no per-entity dict"): CPU µs per poll, tight loops, best of ``repeat``, of
+
+    - the profiling read set's values split into a dict per entity and ``dcgm.activity`` per dict
+      (what a poll does: dcgm_batch.Batch.decode's fast way, then dcgm._activities);
+    - ``dcgm.activity`` alone on those dicts (the dicts kept for the other readers of a DcgmReading);
+    - one pass per entity over the decoded values, each value paired with its Activity field
+      (no dict), the same Activities (checked here).
+
+    Only where the read set decodes the fast way (a plan for its layout); {} otherwise."""
+    import timeit
+
+    from exporter.backend import dcgm
+    from exporter.backend.dcgm_values import PROFILING_FIELDS
+
+    backend, poller, advance = dcgm_bench.setup(path, "dcgm", start_at)
+    try:
+        advance()
+        poller.poll_once()
+        session = backend.inner.source.session
+        sets = [b for b in getattr(session, "_batches", {}).values()  # the profiling read set (dcgm_batch.Batch)
+                if getattr(b, "_meta", None) is not None and set(b.field_ids) <= set(PROFILING_FIELDS)]
+        if not sets:
+            return {}
+        batch = sets[0]
+        fast = batch._fast.get(batch._meta.unpack_from(batch.values))
+        if not fast:
+            return {}
+        numbers = [None if n >= blank else n for n, blank in zip(fast.values.unpack_from(batch.values), fast.blanks)]
+        spans = fast.spans
+        pipes = [tuple(PROFILING_FIELDS.get(fid) for fid in fids) for _, fids, _, _ in spans]
+        plain = dcgm._NO_ACTIVITY.__dict__
+        dicts = {entity: dict(zip(fids, numbers[start:end])) for entity, fids, start, end in spans}
+
+        def today():
+            return [dcgm.activity(values) for values in
+                    {entity: dict(zip(fids, numbers[start:end])) for entity, fids, start, end in spans}.values()]
+
+        def activity_only():
+            return [dcgm.activity(values) for values in dicts.values()]
+
+        def straight():
+            out = []
+            for (_, _, start, end), fields in zip(spans, pipes):
+                new = object.__new__(dcgm.Activity)
+                attributes = new.__dict__
+                attributes.update(plain)
+                for pipe, value in zip(fields, numbers[start:end]):
+                    if value is not None and pipe is not None:
+                        value = float(value)
+                        attributes[pipe] = value if 0.0 < value <= 1.0 else (1.0 if value > 1.0 else 0.0)
+                out.append(new)
+            return out
+
+        assert [a.__dict__ for a in today()] == [a.__dict__ for a in straight()]
+        figures = {"entities": len(spans), "values": len(numbers)}
+        for name, fn in (("dicts + activity()", today), ("activity() on kept dicts", activity_only),
+                         ("straight from the values", straight)):
+            figures[name] = 1e6 * min(timeit.repeat(fn, number=number, repeat=repeat, timer=time.process_time)) / number
+        return figures
+    finally:
+        backend.close()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="dcgm_profile", description=__doc__.split("\n\n")[0])
     parser.add_argument("--polls", type=int, default=40, help="polls per backend and pass")
@@ -164,6 +229,8 @@ def main(argv=None) -> int:
     parser.add_argument("--all", action="store_true", help="also the two 8-GPU nodes")
     parser.add_argument("--smoke", action="store_true", help="one scenario, three polls (harness check)")
     parser.add_argument("--own", action="store_true", help="only the DCGM backend's own work per poll (own_work)")
+    parser.add_argument("--fused", action="store_true",
+                        help="only what building Activities straight from the decoded values would save (fused_estimate)")
     args = parser.parse_args(argv)
     import logging
     import tempfile
@@ -177,6 +244,13 @@ def main(argv=None) -> int:
         tmp = Path(tempfile.mkdtemp(prefix="gpushare-dcgm-profile-"))
         cases += [("h100-mixed-node@600s", dcgm_bench.SCENARIOS / "h100-mixed-node.yaml", 600.0),
                   ("8xA100 7x1g MIG", dcgm_bench.a100_node(tmp), 60.0)]
+    if args.fused:
+        print(f"Activities per poll from the profiling read set, CPU µs (tight loops); load average {os.getloadavg()[0]:.2f}")
+        for label, path, start_at in cases:
+            figures = fused_estimate(path, start_at, number=50 if args.smoke else 5000, repeat=2 if args.smoke else 7)
+            print(f"  {label:24} " + ("no fast plan" if not figures else "  ".join(
+                f"{name} {value:.2f}" if isinstance(value, float) else f"{name} {value}" for name, value in figures.items())))
+        return 0
     if args.own:
         print(f"DCGM backend's own work per poll, CPU µs (host engine and NVML poll replaced by their last "
               f"answers); load average {os.getloadavg()[0]:.2f}")

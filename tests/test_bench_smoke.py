@@ -103,6 +103,19 @@ def test_dcgm_profile_smoke_splits_both_backends_by_room():
     assert re.search(r"^\s+[+-]\d+\.\d+\s+exporter: backend reads \(DCGM\)$", dcgm, re.M)
 
 
+def test_dcgm_profile_fused_estimate_smoke():
+    """bench/dcgm_profile.py --fused --smoke: the Activities of the A100 node's profiling read set
+    built three ways (it asserts they are the same before timing), with the counts of the read set."""
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "dcgm_profile.py"), "--fused", "--smoke"], cwd=REPO,
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    match = re.search(r"a100-40gb-two-3g@300s\s+entities (\d+)\s+values (\d+)\s+dicts \+ activity\(\) ([\d.]+)\s+"
+                      r"activity\(\) on kept dicts ([\d.]+)\s+straight from the values ([\d.]+)", out.stdout)
+    assert match, out.stdout
+    assert (int(match[1]), int(match[2])) == (3, 24)  # the A100 and its two 3g instances, 8 profiling fields each
+    assert all(float(match[n]) > 0 for n in (3, 4, 5))
+
+
 def test_dcgm_profile_own_work_smoke():
     """bench/dcgm_profile.py --own --smoke times the DCGM backend's own work per poll (host engine
     and NVML poll replaced by their last answers) and its two parts, each less than the whole."""

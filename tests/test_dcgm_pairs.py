@@ -74,3 +74,42 @@ def test_interleaved_sides_export_what_each_backend_exports_alone():
         assert result["pairs"] == 3 and result["ratio_q1"] <= result["ratio_median"] <= result["ratio_q3"]
     finally:
         logging.disable(logging.NOTSET)
+
+
+def test_engine_timer_takes_calls_through_symbols_cached_before_it():
+    """The fake bindings cache symbols (as the real ones do), so the host-engine timer cannot wrap
+    the look-up: a symbol cached before ``install`` is still timed, every call of it, and
+    ``uninstall`` puts the library's own door back."""
+    dcgm_bench, _, _ = _bench_modules()
+    from exporter.sim.fakedcgm import hostengine
+
+    logging.disable(logging.WARNING)
+    backend, poller, advance = dcgm_bench.setup(dcgm_bench.SCENARIOS / "a30-mig-dcgm.yaml", "dcgm", 240.0)
+    timer = dcgm_bench.EngineTimer()
+    original = hostengine.FakeDcgmLib.invoke
+    try:
+        structs = backend.inner.source.bindings.structs
+        assert "dcgmEntitiesGetLatestValues" in structs._dcgmGetFunctionPointer_cache  # cached in warm-up
+        lib = backend.dcgm_lib
+        calls = sum(lib.call_counts.values())
+        seen = []
+        timer.install()
+        timed = hostengine.FakeDcgmLib.invoke
+
+        def counted(self, name, method, args):  # every call that reaches the timed door
+            seen.append(name)
+            return timed(self, name, method, args)
+
+        hostengine.FakeDcgmLib.invoke = counted
+        for _ in range(3):
+            advance()
+            poller.poll_once()
+        hostengine.FakeDcgmLib.invoke = timed
+        assert seen and len(seen) == sum(lib.call_counts.values()) - calls
+        assert seen.count("dcgmEntitiesGetLatestValues") >= 3 and timer.seconds > 0
+    finally:
+        timer.uninstall()
+        hostengine.FakeDcgmLib.invoke = original
+        backend.close()
+        logging.disable(logging.NOTSET)
+    assert hostengine.FakeDcgmLib.invoke is original

@@ -18,6 +18,7 @@ from exporter.backend import dcgm_bindings
 from exporter.backend.dcgm_values import Decoder, decode
 from exporter.errors import UserError
 from exporter.sim import Simulation, fakedcgm
+from exporter.sim.fakedcgm import registry
 from exporter.sim.fakedcgm.spec import DcgmSpec
 from exporter.sim.scenario import load_scenario
 
@@ -371,3 +372,37 @@ def test_health_fields_per_gpu_and_per_gpu_instance(engine):
     assert [a100[f] for f in (393, 394, 395, 396)] == [None] * 4  # MIG with instances
     assert [a30[f] for f in (393, 394, 395, 396)] == [0] * 4  # HBM2, MIG off: a row remapper
     assert a30[206] == 0 and a30[390] is None
+
+
+def test_symbols_cached_by_name_as_the_real_bindings(engine, tmp_path):
+    """dcgm_structs._dcgmGetFunctionPointer caches a symbol after its first look-up (the real
+    module's _dcgmGetFunctionPointer_cache); a missing symbol raises and is not cached; binding
+    another library starts a new cache and leaves the old one as it was."""
+    sim, lib, handle = engine
+    structs = B.structs
+    first = structs._dcgmGetFunctionPointer("dcgmEntitiesGetLatestValues")
+    cache = structs._dcgmGetFunctionPointer_cache
+    assert cache["dcgmEntitiesGetLatestValues"] is first
+    assert structs._dcgmGetFunctionPointer("dcgmEntitiesGetLatestValues") is first
+    before = lib.call_counts["dcgmGetAllSupportedDevices"]
+    assert B.agent.dcgmGetAllSupportedDevices(handle) == [1, 3]  # a wrapper's call goes through the cache
+    assert "dcgmGetAllSupportedDevices" in cache and lib.call_counts["dcgmGetAllSupportedDevices"] == before + 1
+    with pytest.raises(structs.DCGMError_FunctionNotFound):
+        structs._dcgmGetFunctionPointer("dcgmNoSuchSymbol")
+    assert "dcgmNoSuchSymbol" not in cache
+    kept = dict(cache)
+    data = {"name": "other", "gpus": [{"model": "A30"}], "processes": [], "dcgm": {}}
+    scenario = load_scenario(write_scenario(tmp_path, data, "other.yaml"))
+    with Simulation(scenario) as other_sim:
+        other = fakedcgm.install(other_sim, scenario.dcgm)
+        try:
+            structs._dcgmInit()
+            assert structs.dcgmLib is other and structs._dcgmGetFunctionPointer_cache == {}
+            assert structs._dcgmGetFunctionPointer("dcgmEntitiesGetLatestValues") is not first
+            assert cache == kept  # the first library's symbols, untouched
+            structs._dcgmInit()  # the same library again: its cache stays
+            assert "dcgmEntitiesGetLatestValues" in structs._dcgmGetFunctionPointer_cache
+        finally:
+            fakedcgm.uninstall(other)
+            registry.install(lib)  # the fixture's library, as it was
+            structs._dcgmInit()

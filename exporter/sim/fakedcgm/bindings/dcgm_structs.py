@@ -8,8 +8,9 @@ that exporter/backend/dcgm*.py runs unchanged on the real bindings:
   of DCGMError carrying ``.value``), and ``DCGMError(code)`` builds the right subclass;
 - ``_dcgmInit(libDcgmPath)`` "loads the library": here, the simulated host engine that
   exporter.sim.fakedcgm.install() registered; none registered -> DCGMError_LibraryNotFound;
-- ``_dcgmGetFunctionPointer(name)`` looks a C symbol up on that library; a symbol the
-  simulated DCGM version lacks -> DCGMError_FunctionNotFound;
+- ``_dcgmGetFunctionPointer(name)`` looks a C symbol up on that library once and caches it by
+  name (as the real module does); a symbol the simulated DCGM version lacks ->
+  DCGMError_FunctionNotFound (not cached);
 - struct fields holding C strings read back as ``str``, as in the real bindings.
 """
 
@@ -297,15 +298,25 @@ dcgmVersionInfo_version = dcgmVersionInfo_version2
 
 dcgmLib = None
 libLoadLock = threading.Lock()
+# Symbols looked up so far, by name, as the real module keeps them (its
+# ``_dcgmGetFunctionPointer_cache``: filled on the first look-up under libLoadLock, read without
+# it afterwards; NVIDIA/DCGM testing/python3/dcgm_structs.py). The real library is loaded once
+# per process, so its cache never goes stale; a test process installs many simulations, so a
+# library other than the bound one starts a new cache (a new dict: whoever kept the old one,
+# as bench/dcgm_pairs.py does per side, keeps its symbols).
+_dcgmGetFunctionPointer_cache = {}
 
 
 def _LoadDcgmLibrary(libDcgmPath=None):
     """Bind the simulated host engine registered by exporter.sim.fakedcgm.install()."""
-    global dcgmLib
+    global dcgmLib, _dcgmGetFunctionPointer_cache
     from exporter.sim.fakedcgm import registry  # the simulator's stand-in for libdcgm.so
 
     with libLoadLock:
-        dcgmLib = registry.installed()
+        lib = registry.installed()
+        if lib is not dcgmLib:
+            _dcgmGetFunctionPointer_cache = {}
+        dcgmLib = lib
     if dcgmLib is None:
         raise DCGMError(DCGM_ST_LIBRARY_NOT_FOUND)
 
@@ -315,11 +326,16 @@ def _dcgmInit(libDcgmPath=None):
 
 
 def _dcgmGetFunctionPointer(name):
-    """The library's C symbol ``name`` (not cached: a test process installs many simulations)."""
-    lib = dcgmLib
-    if lib is None:
-        raise DCGMError(DCGM_ST_UNINITIALIZED)
-    try:
-        return getattr(lib, name)
-    except AttributeError:
-        raise DCGMError(DCGM_ST_FUNCTION_NOT_FOUND) from None
+    """The library's C symbol ``name``, cached by name after the first look-up (as the real one)."""
+    cache = _dcgmGetFunctionPointer_cache
+    if name in cache:
+        return cache[name]
+    with libLoadLock:
+        lib = dcgmLib
+        if lib is None:
+            raise DCGMError(DCGM_ST_UNINITIALIZED)
+        try:
+            symbol = cache[name] = getattr(lib, name)
+            return symbol
+        except AttributeError:
+            raise DCGMError(DCGM_ST_FUNCTION_NOT_FOUND) from None
