@@ -29,7 +29,8 @@ when started a minute apart, while the plain sum of expected peaks (also exporte
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
+from itertools import accumulate
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -228,6 +229,33 @@ def demand_profile(curves: Sequence[Curve], other_bytes: int = 0) -> list[tuple[
     taus = [tau for tau in sorted(moments) if 0.0 <= tau <= HORIZON_SECONDS]
     if any(b < a for a, b in zip(taus, taus[1:])):  # a NaN among the moments upsets sorted()
         return _demand_at(curves, other_bytes, taus)
+    # Each curve adds, at the first moment each of its steps counts from, the change it makes
+    # to the curve's value, and takes its value away where it ends; the totals are the running
+    # sums of those changes (in C). Each curve costs its steps, not the moments (a node's
+    # memory domain: ~20 curves, ~70 moments). The sweep below counts a step from the first
+    # moment that is not before its start, once the steps before it count: here the larger of
+    # bisect_left(taus, start) and where the step before counted from (a NaN start counts at
+    # once). Exact for int bytes; anything else goes the sweep's way.
+    count = len(taus)
+    changes = [0] * (count + 1)
+    for steps, end in curves:
+        stop = count if end is None or end != end else bisect_left(taus, end)  # 0 from here on
+        at, value = 0, 0
+        for start, new in steps:
+            if start == start:  # not NaN
+                at = max(at, bisect_left(taus, start))
+            if at >= stop:
+                break
+            if type(new) is not int:
+                return _sweep(curves, other_bytes, taus)
+            changes[at] += new - value
+            value = new
+        changes[stop] -= value
+    return [(tau, other_bytes + total) for tau, total in zip(taus, accumulate(changes))]
+
+
+def _sweep(curves: Sequence[Curve], other_bytes: int, taus: list[float]) -> list[tuple[float, int]]:
+    """demand_profile() by sweeping each curve along the ascending moments (float bytes)."""
     # Each curve is swept once along the ascending taus (curve_value at each, without scanning
     # its steps from the start every time); totals add the curves in order, as sum() did.
     totals = [0] * len(taus)
