@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from itertools import accumulate
+from operator import itemgetter
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -223,7 +224,7 @@ def demand_profile(curves: Sequence[Curve], other_bytes: int = 0) -> list[tuple[
     """(tau, total expected bytes) at every moment any curve changes, within the horizon."""
     moments = {0.0}
     for steps, end in curves:
-        moments.update(t for t, _ in steps)
+        moments.update(map(_start, steps))
         if end is not None:
             moments.add(end)
     taus = [tau for tau in sorted(moments) if 0.0 <= tau <= HORIZON_SECONDS]
@@ -238,12 +239,16 @@ def demand_profile(curves: Sequence[Curve], other_bytes: int = 0) -> list[tuple[
     # once). Exact for int bytes; anything else goes the sweep's way.
     count = len(taus)
     changes = [0] * (count + 1)
+    index = dict(zip(taus, range(count)))  # a start that is a moment within the horizon: its place
     for steps, end in curves:
         stop = count if end is None or end != end else bisect_left(taus, end)  # 0 from here on
         at, value = 0, 0
         for start, new in steps:
-            if start == start:  # not NaN
-                at = max(at, bisect_left(taus, start))
+            place = index.get(start)
+            if place is None:  # before 0, past the horizon, or NaN (counts at once)
+                place = bisect_left(taus, start) if start == start else at
+            if place > at:
+                at = place
             if at >= stop:
                 break
             if type(new) is not int:
@@ -252,6 +257,9 @@ def demand_profile(curves: Sequence[Curve], other_bytes: int = 0) -> list[tuple[
             value = new
         changes[stop] -= value
     return [(tau, other_bytes + total) for tau, total in zip(taus, accumulate(changes))]
+
+
+_start = itemgetter(0)  # a step's start (tau)
 
 
 def _sweep(curves: Sequence[Curve], other_bytes: int, taus: list[float]) -> list[tuple[float, int]]:
