@@ -95,7 +95,7 @@ def expected_peak(p: ProcessState, curve: Curve | None = None) -> int:
     ``curve``: its process_curve() when already computed (forecast_device has them all).
     """
     steps, _end = curve if curve is not None else process_curve(p)
-    return max([p.used_bytes] + [v for _, v in steps])
+    return max(p.used_bytes, max(map(_value, steps), default=p.used_bytes))  # the first of equals, as max([used, ...])
 
 
 def follows(profile: WorkloadProfile, run_max_bytes: int, age: float, slowdown: float = 1.0) -> bool:
@@ -228,7 +228,7 @@ def demand_profile(curves: Sequence[Curve], other_bytes: int = 0) -> list[tuple[
         if end is not None:
             moments.add(end)
     taus = [tau for tau in sorted(moments) if 0.0 <= tau <= HORIZON_SECONDS]
-    if any(b < a for a, b in zip(taus, taus[1:])):  # a NaN among the moments upsets sorted()
+    if taus != sorted(taus):  # a NaN among the moments upsets sorted() (taus hold no NaN: in C)
         return _demand_at(curves, other_bytes, taus)
     # Each curve adds, at the first moment each of its steps counts from, the change it makes
     # to the curve's value, and takes its value away where it ends; the totals are the running
@@ -260,6 +260,7 @@ def demand_profile(curves: Sequence[Curve], other_bytes: int = 0) -> list[tuple[
 
 
 _start = itemgetter(0)  # a step's start (tau)
+_value = itemgetter(1)  # a step's bytes
 
 
 def _sweep(curves: Sequence[Curve], other_bytes: int, taus: list[float]) -> list[tuple[float, int]]:
@@ -298,7 +299,7 @@ def forecast_device(
     other_bytes = max(0, other_bytes)
     curves = [process_curve(p, grace) for p in processes]
     totals = demand_profile(curves, other_bytes)
-    peak_demand = max(total for _, total in totals)
+    peak_demand = max(map(_value, totals))
     peaks = {p.pid: expected_peak(p, c) for p, c in zip(processes, curves)}
     peak_sum = other_bytes + sum(peaks.values())
     contention_in = None
