@@ -1,5 +1,5 @@
-"""field_rows (exporter/backend/nvml_fieldrows.py) reads a field-values answer as the health
-reader's ctypes path does (exporter.backend.nvml_health._ctypes_rows): the same tuples, value
+"""field_rows (exporter/backend/nvml_fieldrows.py), with its conversions applied as the health
+reader applies them, reads a field-values answer as the reader's ctypes path does (exporter.backend.nvml_health._ctypes_rows): the same tuples, value
 by value, for every value type NVML has, on the simulator's answers and on filled arrays; and
 None for a layout it does not know, where the health reader reads through ctypes and exports
 the same health."""
@@ -42,9 +42,11 @@ def _same(a, b) -> bool:
 
 
 def _check(answer):
-    rows = field_rows(answer, MEMBERS)
-    assert rows is not None
-    rows, slow = list(rows), list(_ctypes_rows(answer, MEMBERS))
+    read = field_rows(answer, MEMBERS)
+    assert read is not None
+    raw, converts = read
+    rows = [row if row[4] not in converts else row[:6] + (converts[row[4]](row[6]),) for row in raw]
+    slow = list(_ctypes_rows(answer, MEMBERS))
     assert len(rows) == len(slow) == len(answer)
     for fast, ctypes_row in zip(rows, slow):
         assert _same(fast[:3] + fast[4:], ctypes_row[:3] + ctypes_row[4:]), (fast, ctypes_row)

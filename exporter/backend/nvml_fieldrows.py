@@ -25,11 +25,13 @@ _readers: dict[type, "tuple[struct.Struct, dict[int, Callable]] | None"] = {}  #
 Row = tuple[int, int, int, int, int, int, "int | float"]
 
 
-def field_rows(answer, value_members: dict[int, str]) -> Iterable[Row] | None:
-    """(fieldId, scopeId, timestamp, latencyUsec, valueType, nvmlReturn, value) per entry of
-    ``answer``, the value read as the union member ``value_members`` names for its valueType
-    (``ullVal`` for any other type), as ``getattr(entry.value, member)`` reads it; None when
-    the array's layout is not one this reads (read the entries through ctypes then).
+def field_rows(answer, value_members: dict[int, str]) -> tuple[Iterable[Row], dict[int, Callable]] | None:
+    """(rows, conversions): a (fieldId, scopeId, timestamp, latencyUsec, valueType, nvmlReturn,
+    raw value) tuple per entry of ``answer``, the raw value read as the ``ullVal`` member, and
+    valueType -> the function that turns a raw value into what ``getattr(entry.value, member)``
+    reads for the union member ``value_members`` names for that type (types not in it are
+    read as ``ullVal``: the raw value); None when the array's layout is not one this reads
+    (read the entries through ctypes then).
 
     ``value_members`` must be the same dict object from call to call (the conversions are
     kept per array class, made from the first one seen)."""
@@ -40,10 +42,7 @@ def field_rows(answer, value_members: dict[int, str]) -> Iterable[Row] | None:
     if reader is None:
         return None
     layout, converts = reader
-    rows = layout.iter_unpack(bytes(answer))
-    if not converts:
-        return rows
-    return [row if (convert := converts.get(row[4])) is None else row[:6] + (convert(row[6]),) for row in rows]
+    return layout.iter_unpack(bytes(answer)), converts
 
 
 def _reader(kind: type, value_members: dict[int, str]):

@@ -146,13 +146,16 @@ class HealthReader:
         pcie_tx, pcie_rx = nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES
         link_tx, link_rx = nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
         violation_keys, members = self._violation_keys, self._value_members
-        rows = field_rows(answer, members)  # every entry in one step (struct), or None: read through ctypes
+        # every entry in one step (struct), its value raw, or None: read through ctypes
+        rows, converts = field_rows(answer, members) or (_ctypes_rows(answer, members), {})
         tx, rx = out["tx"], out["rx"]
-        for fid, scope, stamp, _latency, _type, ret, number in _ctypes_rows(answer, members) if rows is None else rows:
+        for fid, scope, stamp, _latency, value_type, ret, number in rows:
             if ret != success:
                 if fid == link_count:
                     self._links = 0  # NotSupported: a board without NVLink
                 continue
+            if value_type in converts:  # not an unsigned long long (the counters are)
+                number = converts[value_type](number)
             # NVLink counters first: 36 of an 18-link board's 46 entries (the field ids differ,
             # so the order of the tests changes nothing else).
             if fid == link_tx:
