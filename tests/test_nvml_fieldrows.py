@@ -1,8 +1,8 @@
-"""field_rows (exporter/backend/nvml_fieldrows.py), with its conversions applied as the health
-reader applies them, reads a field-values answer as the reader's ctypes path does (exporter.backend.nvml_health._ctypes_rows): the same tuples, value
-by value, for every value type NVML has, on the simulator's answers and on filled arrays; and
-None for a layout it does not know, where the health reader reads through ctypes and exports
-the same health."""
+"""field_rows (exporter/backend/nvml_fieldrows.py), its conversions applied as the health
+reader applies them, reads a field-values answer as the reader's ctypes path does
+(exporter.backend.nvml_health._ctypes_rows): the same tuples, value by value, for every value
+type NVML has, on the simulator's answers and on filled arrays; and None for a layout it does
+not know, where the health reader reads through ctypes and exports the same health."""
 
 from __future__ import annotations
 
