@@ -276,3 +276,37 @@ def test_recent_fall_of_a_run_that_only_grows_or_holds():
     """No fall at all: 0, as the walk gave (the running highest equals each new value)."""
     points = [(TREND_SKIP_LOAD + i, 1000 + (i // 3) * 7) for i in range(50)]
     assert recent_fall(points, points[-1][0]) == direct_recent_fall(points, points[-1][0]) == (1000, 0)
+
+
+def test_positional_maker_builds_what_init_builds():
+    """ProcessRow and ProcessState filled by their __dict__: equal, same fields in the same order,
+    still frozen, hashable alike; a wrong number of values goes to __init__ and fails as it does."""
+    import dataclasses
+
+    from exporter.foresight.forecast import ProcessState
+    from exporter.foresight.result import ProcessRow, positional_maker
+
+    profile = WorkloadProfile("job", 5 * GiB, 10.0, 100.0, 1, 1, ((0.0, GiB), (10.0, 5 * GiB)), 0.0)
+    cases = [
+        (ProcessRow, (0, "GPU-x", None, 123, "python", "mps", "wl", 5, None, "", "", "", None, "current")),
+        (ProcessRow, (3, "GPU-y", 2, 7, "vllm", "mig", "w~ab", None, 9, "ns", "pod", "c", 1, "learned")),
+        (ProcessState, (1, 2 * GiB, 30.5, None, 0.0, 1.0, "trend", 0, 1e6, 7.5, False, 1.0, 3)),
+        (ProcessState, (1, 2 * GiB, 30.5, profile, 12.0, 1.25, "learned", GiB, 0.0, 0.0, True, 1.0, 0)),
+    ]
+    for cls, values in cases:
+        fast, slow = positional_maker(cls)(*values), cls(*values)
+        assert type(fast) is cls and fast == slow and repr(fast) == repr(slow) and hash(fast) == hash(slow)
+        assert list(vars(fast).items()) == list(vars(slow).items())
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            fast.pid = 0
+        with pytest.raises(TypeError):
+            positional_maker(cls)(*values, "one too many")
+
+    @dataclasses.dataclass(frozen=True)
+    class Checked:
+        x: int
+
+        def __post_init__(self):
+            raise ValueError("checked")
+
+    assert positional_maker(Checked) is Checked  # its __init__ does more: kept
