@@ -5,6 +5,7 @@
   merged: the same timelines, so learned profiles and their forecasts do not move;
 - demand_profile sweeps each curve once along the moments instead of curve_value() at each;
 - recent_fall walks the run's values with comparisons instead of max() calls;
+- trend() and is_steady() take the samples' bytes in C (sixth pass);
 - is_steady compares only the highest and lowest recent values with the band;
 - follows() finds what a timeline held by a run's age by bisection over running maxima.
 
@@ -20,7 +21,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.foresight.basis import STEADY_BAND, STEADY_SECONDS, TREND_SKIP_LOAD, TREND_WINDOW, is_steady, recent_fall
+from exporter.foresight.basis import (
+    STEADY_BAND,
+    STEADY_SECONDS,
+    TREND_MAX_SECONDS,
+    TREND_MIN_AGE,
+    TREND_MIN_GROWTH,
+    TREND_MIN_SPAN,
+    TREND_SKIP_LOAD,
+    TREND_WINDOW,
+    is_steady,
+    recent_fall,
+    trend,
+)
 from exporter.foresight.forecast import HORIZON_SECONDS, _held_by, curve_value, demand_profile
 from exporter.foresight.profiles import (
     MAX_RUN_POINTS,
@@ -222,3 +235,78 @@ def test_the_scaled_profile_follows_every_change_to_the_workloads_profiles():
     planner.forget("job@20GiB")
     assert planner._scaled(here, capacity) is None
     assert planner._scaled(here, 20 * GiB) is None
+
+
+def direct_trend(points, age):
+    """basis.trend() as it was, the samples' bytes taken one by one."""
+    if age < TREND_MIN_AGE:
+        return 0.0, 0.0
+    recent = points[bisect_left(points, max(age - TREND_WINDOW, TREND_SKIP_LOAD), key=lambda p: p[0]):]
+    if len(recent) < 6 or recent[-1][0] - recent[0][0] < TREND_MIN_SPAN:
+        return 0.0, 0.0
+    first, span = recent[0][0], recent[-1][0] - recent[0][0]
+    cuts = [0] + [bisect_left(recent, first + span * k / 3, key=lambda p: p[0]) for k in (1, 2)] + [len(recent)]
+    if any(a >= b for a, b in zip(cuts, cuts[1:])):
+        return 0.0, 0.0
+    floors = [min(v for _, v in recent[a:b]) for a, b in zip(cuts, cuts[1:])]
+    if not floors[0] < floors[1] < floors[2] or floors[2] - floors[0] < TREND_MIN_GROWTH:
+        return 0.0, 0.0
+    return (floors[2] - floors[0]) / (span * 2 / 3), min(age / 4, TREND_MAX_SECONDS)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_trend_as_before(seed):
+    """Leaks, ramps, spiky servers and flat runs, of every length up to a compacted run's."""
+    rng = random.Random(seed)
+    found = 0
+    for _ in range(500):
+        points, t, used = [], 0.0, rng.randrange(2**34)
+        growth = rng.choice([0, 2**20, 2**22, -(2**20)])
+        for _ in range(rng.randint(0, MAX_RUN_POINTS)):
+            t += rng.choice([1.0, 5.0, 0.5])
+            used = max(0, used + growth + rng.choice([0, rng.randint(-(2**26), 2**26)]))
+            points.append((t, used))
+        age = t + rng.random() * 5
+        assert trend(points, age) == direct_trend(points, age)
+        found += direct_trend(points, age) != (0.0, 0.0)
+    assert found > 0
+
+
+def test_recent_fall_of_a_run_that_only_grows_or_holds():
+    """No fall at all: 0, as the walk gave (the running highest equals each new value)."""
+    points = [(TREND_SKIP_LOAD + i, 1000 + (i // 3) * 7) for i in range(50)]
+    assert recent_fall(points, points[-1][0]) == direct_recent_fall(points, points[-1][0]) == (1000, 0)
+
+
+def test_positional_maker_builds_what_init_builds():
+    """ProcessRow and ProcessState filled by their __dict__: equal, same fields in the same order,
+    still frozen, hashable alike; a wrong number of values goes to __init__ and fails as it does."""
+    import dataclasses
+
+    from exporter.foresight.forecast import ProcessState
+    from exporter.foresight.result import ProcessRow, positional_maker
+
+    profile = WorkloadProfile("job", 5 * GiB, 10.0, 100.0, 1, 1, ((0.0, GiB), (10.0, 5 * GiB)), 0.0)
+    cases = [
+        (ProcessRow, (0, "GPU-x", None, 123, "python", "mps", "wl", 5, None, "", "", "", None, "current")),
+        (ProcessRow, (3, "GPU-y", 2, 7, "vllm", "mig", "w~ab", None, 9, "ns", "pod", "c", 1, "learned")),
+        (ProcessState, (1, 2 * GiB, 30.5, None, 0.0, 1.0, "trend", 0, 1e6, 7.5, False, 1.0, 3)),
+        (ProcessState, (1, 2 * GiB, 30.5, profile, 12.0, 1.25, "learned", GiB, 0.0, 0.0, True, 1.0, 0)),
+    ]
+    for cls, values in cases:
+        fast, slow = positional_maker(cls)(*values), cls(*values)
+        assert type(fast) is cls and fast == slow and repr(fast) == repr(slow) and hash(fast) == hash(slow)
+        assert list(vars(fast).items()) == list(vars(slow).items())
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            fast.pid = 0
+        with pytest.raises(TypeError):
+            positional_maker(cls)(*values, "one too many")
+
+    @dataclasses.dataclass(frozen=True)
+    class Checked:
+        x: int
+
+        def __post_init__(self):
+            raise ValueError("checked")
+
+    assert positional_maker(Checked) is Checked  # its __init__ does more: kept

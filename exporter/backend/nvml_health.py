@@ -33,6 +33,7 @@ vGPU guest). NotSupported (NA) leaves a value None / absent, never 0.
 
 from __future__ import annotations
 
+from exporter.backend.nvml_fieldrows import field_rows
 from exporter.backend.nvml_types import NA, PollContext, field_of, frozen_maker, ok
 from exporter.snapshot import DeviceHealth, NvLink
 
@@ -149,33 +150,34 @@ class HealthReader:
         pcie_tx, pcie_rx = nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES
         link_tx, link_rx = nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
         violation_keys, members = self._violation_keys, self._value_members
-        for entry in answer:
-            # The struct's fields read directly: pynvml's struct class hooks every attribute read
-            # in Python to turn bytes into str, and no field of a field value is bytes (about
-            # 50 entries of 6 reads per GPU per poll).
-            ret, fid = field_of(entry, "nvmlReturn"), field_of(entry, "fieldId")
+        # every entry in one step (struct), its value raw, or None: read through ctypes
+        rows, converts = field_rows(answer, members) or (_ctypes_rows(answer, members), {})
+        tx, rx = out["tx"], out["rx"]
+        for fid, scope, stamp, _latency, value_type, ret, number in rows:
             if ret != success:
                 if fid == link_count:
                     self._links = 0  # NotSupported: a board without NVLink
                 continue
-            # The value read as its valueType says (one dict lookup, not a chain of ifs).
-            number = getattr(field_of(entry, "value"), members.get(field_of(entry, "valueType"), "ullVal"))
-            if fid == memory_temp:
+            if value_type in converts:  # not an unsigned long long (the counters are)
+                number = converts[value_type](number)
+            # NVLink counters first: 36 of an 18-link board's 46 entries (the field ids differ,
+            # so the order of the tests changes nothing else).
+            if fid == link_tx:
+                tx[int(scope)] = int(number) * 1024  # KiB -> bytes
+            elif fid == link_rx:
+                rx[int(scope)] = int(number) * 1024
+            elif fid == memory_temp:
                 out["_values"]["memory_temperature_celsius"] = float(number)
             elif fid == replays:
                 out["_values"]["pcie_replay_errors"] = int(number)
             elif fid in violation_keys:
                 out["violations"][violation_keys[fid]] = number / 1e9  # ns -> s
             elif fid == pcie_tx:
-                out["pcie"]["tx"] = (int(number), int(field_of(entry, "timestamp")))
+                out["pcie"]["tx"] = (int(number), int(stamp))
             elif fid == pcie_rx:
-                out["pcie"]["rx"] = (int(number), int(field_of(entry, "timestamp")))
+                out["pcie"]["rx"] = (int(number), int(stamp))
             elif fid == link_count:
                 self._links = int(number)
-            elif fid == link_tx:
-                out["tx"][int(field_of(entry, "scopeId"))] = int(number) * 1024  # KiB -> bytes
-            elif fid == link_rx:
-                out["rx"][int(field_of(entry, "scopeId"))] = int(number) * 1024
         if self._links and not self._link_state:
             self._link_state = self._read_links(ctx, h)  # the count just became known
         return out
@@ -261,6 +263,17 @@ class HealthReader:
         if not ok(features) or features is NA or not features.licensableFeaturesCount:
             return None
         return int(bool(features.gridLicensableFeatures[0].featureState))
+
+
+def _ctypes_rows(answer, members: dict[int, str]):
+    """field_rows() read entry by entry through ctypes (a layout field_rows does not read)."""
+    for entry in answer:
+        # The struct's fields read directly: pynvml's struct class hooks every attribute read
+        # in Python to turn bytes into str, and no field of a field value is bytes. The value
+        # is read as its valueType says (one dict lookup, not a chain of ifs).
+        value_type = field_of(entry, "valueType")
+        yield (field_of(entry, "fieldId"), field_of(entry, "scopeId"), field_of(entry, "timestamp"), None, value_type,
+               field_of(entry, "nvmlReturn"), getattr(field_of(entry, "value"), members.get(value_type, "ullVal")))
 
 
 def _value_members(nv) -> dict[int, str]:

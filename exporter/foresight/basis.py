@@ -26,6 +26,7 @@ import math
 from bisect import bisect_left
 from dataclasses import replace
 from functools import lru_cache
+from operator import itemgetter
 from typing import Mapping, Sequence
 
 from exporter.foresight.forecast import STEADY_BAND, STEADY_SECONDS
@@ -131,7 +132,7 @@ def trend(points: Sequence[tuple[float, int]], age: float) -> tuple[float, float
     cuts = [0] + [bisect_left(recent, first + span * k / 3, key=_age) for k in (1, 2)] + [len(recent)]
     if any(a >= b for a, b in zip(cuts, cuts[1:])):
         return 0.0, 0.0
-    values = [v for _, v in recent]
+    values = list(map(_value, recent))  # each sample's bytes, taken in C (a few hundred a run)
     floors = [min(values[a:b]) for a, b in zip(cuts, cuts[1:])]
     if not floors[0] < floors[1] < floors[2] or floors[2] - floors[0] < TREND_MIN_GROWTH:
         return 0.0, 0.0
@@ -146,7 +147,7 @@ def recent_fall(points: Sequence[tuple[float, int]], age: float) -> tuple[int, i
     recent = points[bisect_left(points, max(age - TREND_WINDOW, TREND_SKIP_LOAD), key=_age):]  # ages ascend
     if not recent:
         return None
-    values = [v for _, v in recent]
+    values = list(map(_value, recent))
     top, fall = 0, 0
     for value in values:  # fall = the largest of (the highest so far - value), top = that highest
         if value > top:
@@ -165,10 +166,13 @@ def is_steady(points: Sequence[tuple[float, int]], used: int) -> bool:
     if start == 0 or len(points) - start < 3:
         return False
     band = STEADY_BAND * used
-    values = [v for _, v in points[start:]]
+    values = list(map(_value, points[start:]))
     # all(abs(v - used) <= band): v - used grows with v, so only the highest and the lowest can fail
     return max(values) - used <= band and used - min(values) <= band
 
 
 def _age(point: tuple[float, int]) -> float:
     return point[0]
+
+
+_value = itemgetter(1)  # a sample's bytes

@@ -31,13 +31,14 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Sequence
 
+from exporter.foresight.demand import HORIZON_SECONDS, Curve, curve_value, demand_profile  # noqa: F401 - their home before
 from exporter.foresight.exhaustion import exhaustion_eta  # noqa: F401 - its home before the window kept sums
 from exporter.foresight.profiles import PEAK_BAND, WorkloadProfile, timeline_level
 from exporter.foresight.progress import LATE_FACTOR
 
-HORIZON_SECONDS = 6 * 3600.0  # ignore anything predicted further ahead
 STAGGER_STEP_SECONDS = 5.0  # resolution of the stagger advice
 MATCH_TOLERANCE = 1.3  # a run more than this above (or below) its profile is another kind of run
 TREND_STEPS = 8  # a trend is held as this many steps
@@ -93,7 +94,7 @@ def expected_peak(p: ProcessState, curve: Curve | None = None) -> int:
     ``curve``: its process_curve() when already computed (forecast_device has them all).
     """
     steps, _end = curve if curve is not None else process_curve(p)
-    return max([p.used_bytes] + [v for _, v in steps])
+    return max(p.used_bytes, max(map(_value, steps), default=p.used_bytes))  # the first of equals, as max([used, ...])
 
 
 def follows(profile: WorkloadProfile, run_max_bytes: int, age: float, slowdown: float = 1.0) -> bool:
@@ -132,10 +133,6 @@ def _held_by(profile: WorkloadProfile, reached: float) -> int:
         return max((v for start, v in profile.scaled_timeline() if start <= reached), default=0)
     found = bisect_right(starts, reached)
     return highest[found - 1] if found else 0
-
-
-# A curve is (steps, end): steps ((tau, bytes), ...) from tau 0, end = tau it drops to 0 or None.
-Curve = tuple[tuple[tuple[float, int], ...], float | None]
 
 
 def process_curve(p: ProcessState, grace: float = 0.0) -> Curve:
@@ -205,49 +202,7 @@ def fresh_curve(profile: WorkloadProfile, start_in: float) -> Curve:
     return steps, start_in + float(profile.duration_seconds)
 
 
-def curve_value(curve: Curve, tau: float) -> int:
-    """Value of a curve at tau seconds from now (bytes)."""
-    steps, end = curve
-    if end is not None and tau >= end:
-        return 0
-    value = 0
-    for start, v in steps:
-        if start > tau:
-            break
-        value = v
-    return value
-
-
-def demand_profile(curves: Sequence[Curve], other_bytes: int = 0) -> list[tuple[float, int]]:
-    """(tau, total expected bytes) at every moment any curve changes, within the horizon."""
-    moments = {0.0}
-    for steps, end in curves:
-        moments.update(t for t, _ in steps)
-        if end is not None:
-            moments.add(end)
-    taus = [tau for tau in sorted(moments) if 0.0 <= tau <= HORIZON_SECONDS]
-    if any(b < a for a, b in zip(taus, taus[1:])):  # a NaN among the moments upsets sorted()
-        return _demand_at(curves, other_bytes, taus)
-    # Each curve is swept once along the ascending taus (curve_value at each, without scanning
-    # its steps from the start every time); totals add the curves in order, as sum() did.
-    totals = [0] * len(taus)
-    for steps, end in curves:
-        count, k, value = len(steps), 0, 0
-        for i, tau in enumerate(taus):
-            if end is not None and tau >= end:
-                break  # 0 from here on: taus ascend
-            while k < count and not steps[k][0] > tau:  # curve_value: the last step before one that starts later
-                value = steps[k][1]
-                k += 1
-            if type(value) is not int:  # a float sum depends on its order: add as sum() does
-                return _demand_at(curves, other_bytes, taus)
-            totals[i] += value
-    return [(tau, other_bytes + total) for tau, total in zip(taus, totals)]
-
-
-def _demand_at(curves: Sequence[Curve], other_bytes: int, taus: list[float]) -> list[tuple[float, int]]:
-    """demand_profile() by curve_value() at each tau (for curves the sweep cannot take)."""
-    return [(tau, other_bytes + sum(curve_value(c, tau) for c in curves)) for tau in taus]
+_value = itemgetter(1)  # a step's bytes
 
 
 def forecast_device(
@@ -262,7 +217,7 @@ def forecast_device(
     other_bytes = max(0, other_bytes)
     curves = [process_curve(p, grace) for p in processes]
     totals = demand_profile(curves, other_bytes)
-    peak_demand = max(total for _, total in totals)
+    peak_demand = max(map(_value, totals))
     peaks = {p.pid: expected_peak(p, c) for p, c in zip(processes, curves)}
     peak_sum = other_bytes + sum(peaks.values())
     contention_in = None
