@@ -7,6 +7,7 @@
     PYTHONPATH=<other checkout> python bench/dcgm_pairs.py   # that checkout's exporter
     python bench/dcgm_pairs.py --wash 6000             # experiment: the NVML side gets Python work in
                                                        # place of the host engine's (see Side)
+    python bench/dcgm_pairs.py --same nvml --wash 6000 # the wash's cost alone: washed NVML side first
 
 Why: bench/dcgm_bench.py measures each backend in its own run of polls, one after the other.
 On a shared 2-core machine a poll of about 1 ms moves by 2-3x from one run to the next (other
@@ -188,8 +189,8 @@ def interleave(path: Path, start_at: float, pairs: int, kinds=("nvml", "dcgm"), 
             for side in reversed(sides):  # the last installed first: each gives back the one before it
                 side.close()
             sides = []
-            for kind in kinds:
-                sides.append(Side(path, kind, start_at, (nvml_timer, engine_timer), wash))
+            for i, kind in enumerate(kinds):  # the wash on the first side only (with --same nvml: A/B)
+                sides.append(Side(path, kind, start_at, (nvml_timer, engine_timer), wash if i == 0 else 0))
                 if keep:
                     sides[-1].expositions = []
             base, other = sides
