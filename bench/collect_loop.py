@@ -2,6 +2,7 @@
 
     python bench/collect_loop.py --old /tmp/base                       # mixed 8-GPU node at 600 s
     python bench/collect_loop.py --old /tmp/base --scenario k8s-shared-node --at 120
+    python bench/collect_loop.py --old /tmp/base --scenario a30-mig-dcgm --at 240 --backend dcgm
 
 bench/collect_encode_ab.py times one collect per poll, so each figure is a single call of about a
 millisecond on a shared machine. Here serve's poller (bench/poll_profile.py's ``build``) first polls
@@ -45,6 +46,8 @@ def main(argv=None) -> int:
     parser.add_argument("--at", type=float, default=600.0)
     parser.add_argument("--polls", type=int, default=12, help="snapshots recorded (one virtual second apart)")
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--backend", choices=("nvml", "dcgm"), default="nvml",
+                        help="the backend whose snapshots are recorded (dcgm: DCGM's activity series too)")
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)
 
@@ -55,7 +58,7 @@ def main(argv=None) -> int:
     from exporter import encode
 
     with serve_gc():
-        backend, poller = build(args.scenario, args.at)
+        backend, poller = build(args.scenario, args.at, args.backend)
         try:
             other = load_other(Path(args.old))
             versions = {"old": (guard_like(other, poller), other["exporter.encode"]), "new": (poller._registry, encode)}
@@ -72,7 +75,7 @@ def main(argv=None) -> int:
                 pages = [_DURATIONS.sub(b"", enc.openmetrics(guard.collect_series())) for guard, enc in versions.values()]
                 same = same and pages[0] == pages[1]
             series = sum(len(f.rows) for f in poller._registry.collect_series() if hasattr(f, "rows"))
-            print(f"{args.scenario} at {args.at:g} s: {len(snapshots)} recorded polls, {series} series; load average "
+            print(f"{args.scenario} at {args.at:g} s ({args.backend}): {len(snapshots)} recorded polls, {series} series; load average "
                   f"{os.getloadavg()[0]:.1f}")
             print(f"same bytes for every recorded poll (OpenMetrics): {same}")
             collect = {"old": [], "new": []}

@@ -5,6 +5,9 @@
     python bench/dcgm_pairs.py --same nvml             # A/A: NVML against NVML (the bench's own bias)
     python bench/dcgm_pairs.py --smoke                 # one node, 5 pairs (tests/test_bench_smoke.py)
     PYTHONPATH=<other checkout> python bench/dcgm_pairs.py   # that checkout's exporter
+    python bench/dcgm_pairs.py --wash 6000             # experiment: the NVML side gets Python work in
+                                                       # place of the host engine's (see Side)
+    python bench/dcgm_pairs.py --same nvml --wash 6000 # the wash's cost alone: washed NVML side first
 
 Why: bench/dcgm_bench.py measures each backend in its own run of polls, one after the other.
 On a shared 2-core machine a poll of about 1 ms moves by 2-3x from one run to the next (other
@@ -68,7 +71,12 @@ class Side:
     outside the measured CPU), so each side calls its own simulated host, its pointers cached
     as in a process of its own."""
 
-    def __init__(self, path: Path, kind: str, start_at: float, timers):
+    def __init__(self, path: Path, kind: str, start_at: float, timers, wash: int = 0):
+        """``wash``: an NVML side runs that much unrelated Python (``_wash``) right before its
+        NVML backend's poll, where a DCGM side's host engine runs (the simulated host engine is
+        Python in this process: 1.5-2 ms a poll between the DCGM read and NVML's); its CPU is taken
+        out like the engine's. Whatever the NVML side's exporter CPU gains is what work of that
+        size before the reads costs the exporter's code after it (caches run cold)."""
         import pynvml
 
         self.kind = kind
@@ -92,6 +100,16 @@ class Side:
             self.own_span, self.nvml_span = _Span(), _Span()
             self._inner_poll, self._nvml_poll = inner.poll, inner.nvml.poll
             inner.poll, inner.nvml.poll = self.own_span.wrap(inner.poll), self.nvml_span.wrap(inner.nvml.poll)
+        self.wash_span = _Span()
+        self._wash_poll = None
+        if wash and self.own_span is None:
+            self._wash_poll = inner.poll
+            timed_wash = self.wash_span.wrap(_wash)
+
+            def washed_poll():
+                timed_wash(wash)
+                return self._wash_poll()
+            inner.poll = washed_poll
         self.rows: list[dict] = []
         self.expositions: list[bytes] | None = None  # each poll's /metrics less self-timing lines (tests)
 
@@ -109,13 +127,13 @@ class Side:
         nvml, engine = self.timers
         spans = (self.own_span, self.nvml_span) if self.own_span is not None else (_Span(), _Span())
         marks = (time.process_time(), nvml.seconds, engine.seconds, self.sim_span.seconds,
-                 spans[0].seconds, spans[1].seconds)
+                 spans[0].seconds, spans[1].seconds, self.wash_span.seconds)
         self.poller.poll_once()
-        total, lib, eng, sim, outer, inner = (after - before for after, before in zip(
+        total, lib, eng, sim, outer, inner, wash = (after - before for after, before in zip(
             (time.process_time(), nvml.seconds, engine.seconds, self.sim_span.seconds,
-             spans[0].seconds, spans[1].seconds), marks))
-        row = {"exporter": max(0.0, total - lib - eng - sim), "fake_nvml": lib, "fake_dcgm": eng,
-               "dcgm_own": max(0.0, outer - inner - eng)}
+             spans[0].seconds, spans[1].seconds, self.wash_span.seconds), marks))
+        row = {"exporter": max(0.0, total - lib - eng - sim - wash), "fake_nvml": lib, "fake_dcgm": eng,
+               "dcgm_own": max(0.0, outer - inner - eng), "wash": wash}
         self.rows.append(row)
         if self.expositions is not None:
             from dcgm_bytes import TIMING
@@ -133,11 +151,22 @@ class Side:
         self.backend.sim.advance_to = self._advance_to
         if self.own_span is not None:
             self.backend.inner.poll, self.backend.inner.nvml.poll = self._inner_poll, self._nvml_poll
+        if self._wash_poll is not None:
+            self.backend.inner.poll = self._wash_poll
         self.backend.close()
 
 
+def _wash(entries: int) -> int:
+    """Python work unrelated to the exporter (a dict of ``entries`` fresh keys and lists), of
+    about the simulated host engine's size per poll at a few thousand entries."""
+    made = {}
+    for i in range(entries):
+        made[f"k{i}"] = [i, i * 0.5]
+    return len(made)
+
+
 def interleave(path: Path, start_at: float, pairs: int, kinds=("nvml", "dcgm"), keep: bool = False,
-               block: int = 60) -> dict:
+               block: int = 60, wash: int = 0) -> dict:
     """``pairs`` pairs of polls of ``kinds[0]`` and ``kinds[1]`` on one scenario; per-pair ratios.
 
     Both sides are made afresh every ``block`` pairs, from ``start_at`` again: the measured
@@ -160,8 +189,8 @@ def interleave(path: Path, start_at: float, pairs: int, kinds=("nvml", "dcgm"), 
             for side in reversed(sides):  # the last installed first: each gives back the one before it
                 side.close()
             sides = []
-            for kind in kinds:
-                sides.append(Side(path, kind, start_at, (nvml_timer, engine_timer)))
+            for i, kind in enumerate(kinds):  # the wash on the first side only (with --same nvml: A/B)
+                sides.append(Side(path, kind, start_at, (nvml_timer, engine_timer), wash if i == 0 else 0))
                 if keep:
                     sides[-1].expositions = []
             base, other = sides
@@ -186,7 +215,8 @@ def interleave(path: Path, start_at: float, pairs: int, kinds=("nvml", "dcgm"), 
                         "exporter_cpu_ms_q1": 1000 * quartiles([r["exporter"] for r in side_rows])[0],
                         "fake_nvml_ms": 1000 * median(r["fake_nvml"] for r in side_rows),
                         "fake_dcgm_ms": 1000 * median(r["fake_dcgm"] for r in side_rows),
-                        "dcgm_backend_own_ms": 1000 * median(r["dcgm_own"] for r in side_rows)}
+                        "dcgm_backend_own_ms": 1000 * median(r["dcgm_own"] for r in side_rows),
+                        "wash_ms": 1000 * median(r["wash"] for r in side_rows)}
         if keep:
             out["sides"] = sides
         return out
@@ -207,7 +237,9 @@ def render(label: str, result: dict) -> str:
             f"{b['backend']} {b['exporter_cpu_ms']:.3f}  series {a['series']} / {b['series']}  "
             f"apart: fake NVML {a['fake_nvml_ms']:.2f} / {b['fake_nvml_ms']:.2f}, "
             f"host engine {a['fake_dcgm_ms']:.2f} / {b['fake_dcgm_ms']:.2f} ms"
-            + (f"; DCGM backend's own work in the poll {b['dcgm_backend_own_ms']:.3f} ms" if b["backend"] == "dcgm" else ""))
+            + (f"; DCGM backend's own work in the poll {b['dcgm_backend_own_ms']:.3f} ms" if b["backend"] == "dcgm" else "")
+            + "".join(f"; {side['backend']} side's wash {side['wash_ms']:.2f} ms (taken out)"
+                      for side in (a, b) if side["wash_ms"]))
 
 
 def main(argv=None) -> int:
@@ -221,6 +253,9 @@ def main(argv=None) -> int:
     parser.add_argument("--same", choices=("nvml", "dcgm"), help="A/A: both sides this backend (the bench's bias)")
     parser.add_argument("--smoke", action="store_true", help="one scenario, 5 pairs (harness check)")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    parser.add_argument("--wash", type=int, default=0, metavar="ENTRIES",
+                        help="experiment: an NVML side runs this much unrelated Python where a DCGM side's "
+                             "host engine runs, its CPU taken out (see Side)")
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)
     scenarios = dcgm_bench.SCENARIOS
@@ -240,7 +275,7 @@ def main(argv=None) -> int:
     results = {}
     for label, path, start_at in cases:
         gc.collect()
-        results[label] = interleave(path, start_at, args.pairs, kinds, block=args.block)
+        results[label] = interleave(path, start_at, args.pairs, kinds, block=args.block, wash=args.wash)
         print(render(label, results[label]), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({label: {k: v for k, v in result.items() if k != "sides"}

@@ -180,14 +180,20 @@ def profiled_read_threads():
         yield profiles
 
 
-def build(scenario: str, at: float):
+def build(scenario: str, at: float, backend_kind: str = "nvml"):
+    """serve's poller on a simulated node; ``backend_kind`` "dcgm" reads it through the DCGM
+    backend (its activity every poll, as bench/dcgm_bench.py sets it up)."""
+    from exporter.backend.choose import DcgmOptions
     from exporter.backend.sim import SimBackend
     from exporter.commands.serve import make_poller
     from exporter.foresight.state import Foresight
     from exporter.shipped import resolve_scenario
     from exporter.web.guard import HttpStats
 
-    backend = SimBackend(resolve_scenario(scenario))
+    if backend_kind == "nvml":
+        backend = SimBackend(resolve_scenario(scenario))
+    else:
+        backend = SimBackend(resolve_scenario(scenario), backend=backend_kind, dcgm=DcgmOptions(interval=1.0))
     backend.step_to(at)
     foresight = Foresight()
     poller = make_poller(backend, 1.0, foresight, "pod", http_stats=HttpStats())

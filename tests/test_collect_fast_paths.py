@@ -49,6 +49,25 @@ def test_put_is_add_all(writes, single_first):
     assert shape(fast) == shape(slow)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.just("put"), label, st.tuples(value, value, value)),
+                          st.tuples(st.just("add"), st.sampled_from([A, B, C]), label, value)), max_size=10))
+def test_put_makes_families_as_add_all_when_others_write_between_puts(steps):
+    """put makes a block's family itself (the _entry it inlines) at the first value, or takes the
+    one another path made after the block's first put: the same families, order and rows."""
+    fast, slow = Families(), Families()
+    for step in steps:
+        if step[0] == "put":
+            fast.put(BLOCK, (step[1], "u"), step[2])
+            slow.add_all((step[1], "u"), zip(BLOCK.specs, step[2]))
+        else:
+            fast.add(step[1], (step[2], "v"), step[3])
+            slow.add(step[1], (step[2], "v"), step[3])
+    assert shape(fast) == shape(slow)
+    assert [f.spec for f in fast.series()] == [f.spec for f in slow.series()]
+    assert all(type(f).__name__ == "Family" and f.rows is fast.rows(f.spec) for f in fast.series())
+
+
 def test_put_checks_its_labels_and_blocks_refuse_infos_and_mixed_widths():
     out = Families()
     with pytest.raises(ValueError):

@@ -113,3 +113,31 @@ def test_engine_timer_takes_calls_through_symbols_cached_before_it():
         backend.close()
         logging.disable(logging.NOTSET)
     assert hostengine.FakeDcgmLib.invoke is original
+
+
+def test_wash_runs_on_the_nvml_side_only_is_taken_out_and_leaves_what_it_exports():
+    """--wash (an experiment): the NVML side runs the wash before its NVML poll, its CPU is taken
+    out of that side's exporter CPU, the DCGM side has none, each side still exports what its
+    backend exports polled alone, and closing the side puts the backend's poll back."""
+    dcgm_bench, dcgm_bytes, dcgm_pairs = _bench_modules()
+    logging.disable(logging.WARNING)
+    try:
+        path = dcgm_bench.SCENARIOS / "a100-40gb-two-3g.yaml"
+        washed = dcgm_pairs.interleave(path, 300.0, 4, keep=True, wash=20000)
+        plain = dcgm_pairs.interleave(path, 300.0, 4, keep=True)
+    finally:
+        logging.disable(logging.NOTSET)
+    nvml_side, dcgm_side = washed["sides"]
+    assert washed["b"]["wash_ms"] == 0 < washed["a"]["wash_ms"]  # a 20,000-entry wash: milliseconds
+    # taken out: the NVML side's exporter CPU is far below the wash it ran in the same polls
+    assert washed["a"]["exporter_cpu_ms"] < washed["a"]["wash_ms"]
+    assert [row["wash"] > 0 for row in nvml_side.rows] == [True] * 4
+    assert plain["a"]["wash_ms"] == 0
+    for side, other in zip(washed["sides"], plain["sides"]):
+        assert side.expositions == other.expositions  # the wash changes nothing exported
+    timers = (dcgm_pairs.FakeLibTimer(), dcgm_bench.EngineTimer())
+    side = dcgm_pairs.Side(path, "nvml", 300.0, timers, wash=10)
+    inner = side.backend.inner
+    assert inner.poll != type(inner).poll.__get__(inner)  # washed while the side is open
+    side.close()
+    assert inner.poll == type(inner).poll.__get__(inner)  # closed: the backend's own poll again
