@@ -320,3 +320,20 @@ def test_foresight_bench_sim_alerts_minutes_before_the_wan_oom():
                          capture_output=True, text=True, timeout=240)
     row = next(line.split() for line in out.stdout.splitlines() if line.startswith("wan22-h100-mps-together"))
     assert row[3].endswith("s") and int(row[3][:-1]) >= 300, out.stdout
+
+
+def test_poll_instructions_refuses_a_tree_that_is_not_a_checkout(tmp_path):
+    """A wrong --tree is one line naming it and exit 2, before valgrind is looked for or run."""
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "poll_instructions.py"), "--tree", str(tmp_path)],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and str(tmp_path) in out.stderr and "Traceback" not in out.stderr
+
+
+def test_poll_instructions_child_polls_this_checkout():
+    """The program valgrind counts runs as it is, without valgrind: polls of this checkout's exporter."""
+    module = bench_module("poll_instructions")
+    code = module.child_code(REPO, 2)
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=240,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert out.returncode == 0, out.stderr[-2000:]

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Instructions per poll of the mixed node, counted by valgrind (callgrind): a figure the machine's speed does not move.
+
+On a shared 2-core VM the CPU time of the same poll moves by 1.5-2x from run to run (docs/performance.md),
+so paired timings cannot resolve a change of 5-10 %. Valgrind counts the instructions the process runs,
+which for the same code and input is the same on every run (PYTHONHASHSEED is fixed). Each tree is run
+twice, with W and W+N polls after the simulation's start-up; the difference over N is the mean count of
+one poll at that age, simulator included. The simulator and its fake driver are the same code in both
+trees when only exporter/ changed, so the difference between trees is the exporter's.
+
+    python bench/poll_instructions.py --tree /tmp/base --tree . --warmup 5 --polls 20       # fresh polls, ~3 min
+    python bench/poll_instructions.py --tree /tmp/base --tree . --warmup 240 --polls 60     # steady state, ~20 min
+
+Needs valgrind (not a project dependency: `apt-get install -y valgrind`). Runs the trees' polls in
+parallel, one process per (tree, count).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCENARIO = "examples/scenarios/h100-mixed-node.yaml"
+START_AT = 600.0  # virtual seconds, as exporter_bench: every lane of the mixed node has started
+
+# The child: W polls of the tree's exporter as serve runs it (forecasts included), under serve's GC settings.
+CHILD = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {bench!r})
+from exporter.backend.sim import SimBackend
+from exporter.commands.serve import make_poller
+from exporter.foresight.state import Foresight
+from perf.anatomy import serve_gc
+backend = SimBackend(Path({scenario!r}))
+clock = {start!r}
+backend.step_to(clock)
+poller = make_poller(backend, 1.0, Foresight())
+with serve_gc():
+    backend.open()
+    for _ in range({polls!r}):
+        clock += 1.0
+        backend.step_to(clock)
+        poller.poll_once()
+    backend.close()
+"""
+
+
+def child_code(tree: Path, polls: int) -> str:
+    """The program valgrind runs: ``polls`` polls of ``tree``'s exporter (run it with PYTHONPATH=tree)."""
+    return CHILD.format(bench=str(HERE), scenario=str(tree / SCENARIO), start=START_AT, polls=polls)
+
+
+def count(tree: Path, polls: int, valgrind: str) -> int:
+    code = child_code(tree, polls)
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
+    done = subprocess.run([valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", code],
+                          env=env, capture_output=True, text=True, timeout=7200)
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode != 0 or not found:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"poll_instructions: {tree} with {polls} polls failed: {tail}")
+    return int(found.group(1))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tree", action="append", type=Path, required=True, help="a checkout to count (repeat)")
+    parser.add_argument("--warmup", type=int, default=5, help="polls before the counted ones (default 5)")
+    parser.add_argument("--polls", type=int, default=20, help="polls counted (default 20)")
+    args = parser.parse_args(argv)
+    if args.warmup < 1 or args.polls < 1:
+        print("poll_instructions: --warmup and --polls must be at least 1", file=sys.stderr)
+        return 2
+    for tree in args.tree:
+        if not (tree / SCENARIO).is_file() or not (tree / "exporter").is_dir():
+            print(f"poll_instructions: {tree}: not a gpushare-exporter checkout (no {SCENARIO})", file=sys.stderr)
+            return 2
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        print("poll_instructions: valgrind is not installed (apt-get install -y valgrind)", file=sys.stderr)
+        return 2
+    jobs = [(tree, n) for tree in args.tree for n in (args.warmup, args.warmup + args.polls)]
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        counts = dict(zip(jobs, pool.map(lambda job: count(job[0], job[1], valgrind), jobs)))
+    print(f"instructions per poll, mixed node from {START_AT:g} s, polls {args.warmup + 1}-{args.warmup + args.polls} "
+          f"(simulator and fake driver included)")
+    first = None
+    for tree in args.tree:
+        per_poll = (counts[(tree, args.warmup + args.polls)] - counts[(tree, args.warmup)]) / args.polls
+        first = per_poll if first is None else first
+        print(f"  {str(tree):40} {per_poll / 1e6:9.2f} M   {per_poll / first:6.3f}x of the first")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
