@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from statistics import median
+from statistics import fmean, median
 
 if __name__ == "__main__":  # run as a script: make the repository importable
     import sys
@@ -84,6 +84,9 @@ class PollCost:
     # the three medians is thrown off when a busy machine slows the driver in one poll and the
     # exporter in another; each poll's own difference is not.
     cpu_exporter_median: float | None = None
+    # The mean of the same differences: what a process pays over time, the polls that save
+    # profiles once a minute and the collector's passes included (a median leaves them out).
+    cpu_exporter_mean: float | None = None
 
     @property
     def cpu_exporter(self) -> float:
@@ -184,6 +187,7 @@ def measure_polls(sim, poll, polls: int, advance=None, render_span: _Span | None
         c_calls_by_symbol=last[5],
         api_calls_by_name=last[6],
         cpu_exporter_median=max(0.0, median(r[0] - r[1] - r[2] for r in rows)),
+        cpu_exporter_mean=max(0.0, fmean(r[0] - r[1] - r[2] for r in rows)),
     )
 
 
