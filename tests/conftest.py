@@ -146,7 +146,15 @@ E2E_TESTS: dict[str, set[str]] = {
     "test_hardware_alerts_e2e": {"*"},  # plays the health node through both backends into promtool
     "test_recommend_consistency": {"test_simulated_histories_give_plans_that_never_contradict_themselves",
                                    "test_all_histories_together_as_one_fleet"},  # plays nine scenarios
-    "test_recommend_operator": {"test_simulated_fleet_objects_are_valid_and_labels_name_only_their_configs"},
+    "test_recommend_operator": {"test_simulated_fleet_objects_are_valid_and_labels_name_only_their_configs",
+                                # these three read fleet_args, which plays four nodes for 30 minutes each
+                                "test_owner_settings_carry_the_mps_advice_as_pod_template_patches",
+                                "test_a_group_moved_from_whole_gpu_sharing_into_a_mig_slice_is_told_how_to_share_there",
+                                "test_mig_parted_comments_name_only_configs_the_file_defines"},
+    "test_backend_dcgm_supply": {"test_in_place_equals_copy_on_a_node_with_faults",
+                                 "test_in_place_equals_copy_on_shipped_nodes"},  # play whole nodes twice
+    "test_bench_foresight_smoke": {"*"},  # each runs a bench script
+    "test_dcgm_pairs": {"*"},  # both backends poll whole scenarios in turn
 }
 
 
