@@ -165,13 +165,7 @@ class Families:
     def add_all(self, label_values: Iterable[object], pairs: Iterable[tuple[Spec, float | bool | None]]) -> None:
         """``add(spec, label_values, value)`` for each (spec, value) in order, the label values
         checked once: a GPU's dozens of series share their (gpu, uuid)."""
-        values = label_values
-        try:  # _label_tuple inline, as in add
-            if type(values) is not tuple:
-                raise TypeError
-            "".join(values)
-        except TypeError:
-            values = _label_tuple(label_values)
+        values = _label_tuple(label_values)  # once per label set: a call costs nothing here
         families, width = self._families, len(values)
         for spec, value in pairs:
             if value is None:
@@ -204,12 +198,7 @@ class Families:
         each family looked up once per poll instead of once per series: a GPU's or a MIG
         instance's dozen-odd gauges, ``values`` taken in one step (``operator.attrgetter``) from
         the snapshot record."""
-        try:  # _label_tuple inline, as in add
-            if type(label_values) is not tuple:
-                raise TypeError
-            "".join(label_values)
-        except TypeError:
-            label_values = _label_tuple(label_values)
+        label_values = _label_tuple(label_values)
         if len(label_values) != block.width:
             spec = block.specs[0]
             raise ValueError(f"{spec.name}: {len(label_values)} label values for labels {spec.labels}")
