@@ -228,6 +228,11 @@ def test_foresight_accuracy_smoke_prints_the_table_with_ratios_in_range(tmp_path
             assert figures[ratio] is None or 0.0 <= figures[ratio] <= 1.0
         assert figures["false_per_100h"] is None or figures["false_per_100h"] >= 0
         assert figures["caught"] <= figures["incidents"] and figures["true_alerts"] <= figures["alerts"]
+    # "any tier": an incident is caught when a warning or a page covers it, nothing else
+    for result in doc["results"]:
+        either = [w["caught"] or c["caught"] for w, c in zip(result["tiers"]["warning"]["incidents"],
+                                                            result["tiers"]["critical"]["incidents"])]
+        assert [i["caught"] for i in result["tiers"]["any"]["incidents"]] == either
     # the bench applies every shipped rule of each tier: the critical tier's imminent one included (alerts/gpushare-memory.yml)
     assert [r["for_seconds"] for r in doc["rules"]["warning"]] == [30.0]
     assert [(r["for_seconds"], r["confidence"], r["eta_seconds"]) for r in doc["rules"]["critical"]] == [
