@@ -79,6 +79,7 @@ def _shipped_rules(severity: str) -> list[_Rule]:
 # read from alerts/, so the bench follows the rules
 TIERS = {tier: _shipped_rules(tier) for tier in ("warning", "critical")}  # tier -> its rules
 CRITICAL_CONFIDENCE = min(r.confidence for r in TIERS["critical"])
+LEAD_TARGET = 300.0  # issue 24's lead median target, "where the ceiling allows"
 INCIDENT_SECONDS = 60.0  # kills this close belong to one collision; an alert this soon before one was right
 GPU_SHARING = ("mps", "time_slicing")  # the GPU rule's gpushare_gpu_info{sharing=~...} filter
 GiB = 2**30
@@ -221,6 +222,10 @@ def figures(results: list[dict], tier: str = "critical") -> dict:
     hours = sum(r["test_hours"] for r in results)
     leads = [i["lead"] for i in incidents if i["caught"]]
     ceilings = [i["ceiling"] for i in incidents]
+    # "lead median >= 300 s where the ceiling allows": only collisions whose last co-tenant started
+    # at least LEAD_TARGET seconds before the kill could be foreseen that far ahead
+    roomy = [i for i in incidents if i["ceiling"] >= LEAD_TARGET]
+    roomy_leads = [i["lead"] for i in roomy if i["caught"]]
     false = sum(not a["true"] for a in alerts)
     return {
         "episodes": len(results), "incidents": len(incidents), "caught": len(leads),
@@ -232,6 +237,8 @@ def figures(results: list[dict], tier: str = "critical") -> dict:
         "lead_median": statistics.median(leads) if leads else None, "lead_p10": _p10(leads) if leads else None,
         "ceiling_median": statistics.median(ceilings) if ceilings else None,
         "ceiling_p10": _p10(ceilings) if ceilings else None,
+        "roomy_incidents": len(roomy), "roomy_caught": len(roomy_leads),
+        "roomy_lead_median": statistics.median(roomy_leads) if roomy_leads else None,
     }
 
 
@@ -275,8 +282,10 @@ def report(results: list[dict], args) -> dict:
             ("precision (all)", _ratio(fa["precision"], fa["true_alerts"], fa["alerts"]), ">= 0.90" if page else "-"),
             ("false alarms / 100 device-hours", f"{_per100(fa['false_per_100h'])} ({fa['false_alerts']} in "
              f"{fa['device_hours']:.1f} h)", "<= 3" if page else "-"),
-            (f"lead median (learned, {fl['caught']} caught)", _secs(fl["lead_median"]), ">= 300 s*" if page else "-"),
+            (f"lead median (learned, {fl['caught']} caught)", _secs(fl["lead_median"]), "-"),
             ("lead p10 (learned)", _secs(fl["lead_p10"]), "-"),
+            (f"lead median, ceiling >= {LEAD_TARGET:.0f} s ({fl['roomy_caught']}/{fl['roomy_incidents']} caught)",
+             _secs(fl["roomy_lead_median"]), f">= {LEAD_TARGET:.0f} s*" if page else "-"),
             ("ceiling median / p10 (learned)", f"{_secs(fl['ceiling_median'])} / {_secs(fl['ceiling_p10'])}", "-"),
             ("first-run recall, with a basis", _ratio(fb["recall"], fb["caught"], fb["incidents"]), "-"),
             ("first-run recall, no basis (ceiling)", _ratio(fn["recall"], fn["caught"], fn["incidents"]), "-"),
@@ -286,7 +295,8 @@ def report(results: list[dict], args) -> dict:
             print(f"{name:40} {measured:26} {target}")
     fb = figures(based, "any")
     print(f"{'first-run recall, with a basis, any tier':40} {_ratio(fb['recall'], fb['caught'], fb['incidents']):26} >= 0.7")
-    print("  * where the ceiling allows: a collision 100 s after the last co-tenant started cannot be foreseen 300 s ahead")
+    print(f"  * where the ceiling allows: learned collisions whose last co-tenant started >= {LEAD_TARGET:.0f} s before"
+          f" the kill (a collision 100 s after it cannot be foreseen {LEAD_TARGET:.0f} s ahead)")
     print("\nPer class, critical tier (learned episodes; the first_run and learned rows cover all episodes)")
     print(f"{'class':26} {'eps':>4} {'OOMs':>5} {'recall':>14} {'precision':>14} {'FA/100h':>8} "
           f"{'lead med':>9} {'lead p10':>9} {'ceil med':>9}")

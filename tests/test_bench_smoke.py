@@ -215,7 +215,7 @@ def test_foresight_accuracy_smoke_prints_the_table_with_ratios_in_range(tmp_path
     out = _accuracy("--corpus", corpus, "--seed", seed, "--episodes", "3", "--json", str(tmp_path / "a.json"), "--verbose")
     assert out.returncode == 0, out.stderr[-2000:]
     for line in (f"corpus {corpus}, seed {seed}", "critical tier", "warning tier", "recall (learned)", "precision (all)",
-                 "false alarms / 100 device-hours", "lead median", "lead p10", "first-run recall, with a basis",
+                 "false alarms / 100 device-hours", "lead median", "lead p10", "lead median, ceiling >= 300 s", "first-run recall, with a basis",
                  "first-run recall, no basis (ceiling)", "sharing=", "pattern=colliding", "ep   2 ", "| critical "):
         assert line in out.stdout
     assert re.search(r"^wall time [\d.]+ s", out.stderr, re.M)
@@ -228,6 +228,12 @@ def test_foresight_accuracy_smoke_prints_the_table_with_ratios_in_range(tmp_path
             assert figures[ratio] is None or 0.0 <= figures[ratio] <= 1.0
         assert figures["false_per_100h"] is None or figures["false_per_100h"] >= 0
         assert figures["caught"] <= figures["incidents"] and figures["true_alerts"] <= figures["alerts"]
+        assert figures["roomy_caught"] <= figures["roomy_incidents"] <= figures["incidents"]
+    # the lead target's row counts only learned collisions the ceiling lets be foreseen 300 s ahead
+    learned = [i for r in doc["results"] if r["classes"]["first_run"] == "no" for i in r["tiers"]["critical"]["incidents"]]
+    roomy = [i for i in learned if i["ceiling"] >= 300]
+    assert doc["critical"]["learned"]["roomy_incidents"] == len(roomy)
+    assert doc["critical"]["learned"]["roomy_caught"] == sum(i["caught"] for i in roomy)
     # "any tier": an incident is caught when a warning or a page covers it, nothing else
     for result in doc["results"]:
         either = [w["caught"] or c["caught"] for w, c in zip(result["tiers"]["warning"]["incidents"],
