@@ -12,7 +12,7 @@ device overflows. Each process's part rests on its basis (exporter.foresight.for
 
 The device's confidence is the growth-weighted grounding of its processes, capped by how far
 the predicted overflow still clears capacity once the memory they do not ground is taken
-away (a collision that needs every weakly grounded byte to be right is a coin toss, not a
+away (ungrounded_share: a profile's growth less its peak spread; a collision that needs every weakly grounded byte to be right is a coin toss, not a
 likely OOM), over MIN_MARGIN_SHARE of the device. Memory held now is not grounded either when
 the collision is later and the process may have let it go by then: a run past its learned
 end, an unprofiled process at a high of its own load waves. It is capped again by timing: the
@@ -50,6 +50,9 @@ WHEN_UNKNOWN = ("declared", "trend")  # bases that say how much (or how fast), n
 MIN_MARGIN_SHARE = 0.02  # a grounded overflow needs this share of the device to be fully confident
 CRITICAL_CONFIDENCE = 0.8  # the alerts' critical tier: gpushare_*_memory_contention_confidence_ratio >= this
 HOLD_DOWN_SECONDS = 600.0  # a device's cleared page is not repeated within this unless its overflow grows
+# The critical rules' keep_firing_for (alerts/gpushare-memory.yml): a page stays up this long after its
+# contention clears, so a contention back within it is the same page going on, not a repeat to hold down
+PAGE_KEPT_SECONDS = 240.0
 HELD_DOWN = 0.79  # the most confidence a held-down contention gets (just under CRITICAL_CONFIDENCE)
 
 
@@ -136,6 +139,23 @@ def grounding(state: ProcessState) -> float:
     return weight
 
 
+def ungrounded_share(state: ProcessState) -> float:
+    """0..1: the share of its growth a collision must do without to be likely (the margin check).
+
+    A learned or scaled profile's next run peaks about its spread below the forecast peak (the
+    median of its complete runs is that far below; one run: UNKNOWN_SPREAD), and a scaled one's
+    size is grounded only GROUNDING["scaled"]: what is left once both are taken away is grounded.
+    The spread is taken once here, not SPREAD_WEIGHT times as in grounding(): that weight says how
+    much a wide spread lowers the trust in the forecast, while the margin asks whether the
+    overflow survives each run peaking where its typical run did (docs/foresight.md, seventh
+    round). A declared size or a trend says how much, never when: none of its growth is grounded."""
+    if state.basis in WHEN_UNKNOWN:
+        return 1.0
+    if state.profile is not None and state.basis in ("learned", "scaled"):
+        return 1.0 - GROUNDING[state.basis] * max(0.0, 1.0 - peak_spread(state))
+    return 1.0 - grounding(state)
+
+
 def over_seconds(states: Sequence[ProcessState], forecast: DeviceForecast, grace: float = 0.0) -> float:
     """How long the demand stays above capacity from the first overflow on (seconds; inf: for good)."""
     other = forecast.peak_sum_bytes - sum(forecast.peaks.values())
@@ -163,12 +183,11 @@ def contention_confidence(states: Sequence[ProcessState], forecast: DeviceForeca
     weights = {s.pid: grounding(s) for s in states}
     grounded = sum(weights[pid] * g for pid, g in growth.items()) / total
     # The overflow left once the growth each basis does not ground is taken away: a collision that
-    # needs a declared size or a one-run profile to be right to the byte is not likely yet. A
+    # needs every byte of a profile's growth, past its spread (ungrounded_share), to be right is not likely yet. A
     # declared size is held from now on and a trend is a straight line: neither says when the
     # process reaches that memory, so a collision that needs any of their growth to happen at the
     # moment a learned co-tenant peaks is not likely either: their growth counts as ungrounded whole.
-    when_unknown = {s.pid for s in states if s.basis in WHEN_UNKNOWN}
-    ungrounded = sum((1.0 if pid in when_unknown else 1.0 - weights[pid]) * g for pid, g in growth.items())
+    ungrounded = sum(ungrounded_share(s) * growth[s.pid] for s in states)
     if forecast.contention_in_seconds > grace:  # later than the next poll: what is held now may be gone by then
         ungrounded += sum(at.get(s.pid, 0) for s in states if _past_end(s))
         ungrounded += sum(_gives_back(s) for s in states)
@@ -205,7 +224,9 @@ def hold_confidence(raw: float | None, hold: ConfidenceHold | None, now: float, 
       the device within HOLD_DOWN_SECONDS stays below it unless its overflow exceeds the
       cleared one's by MIN_MARGIN_SHARE of the device: a forecast that said yes, then no, then
       yes again about the same overflow has not learned anything new, and the on-call was paged
-      for it already.
+      for it already. Not while that page is still up (PAGE_KEPT_SECONDS after the clearing, the
+      critical rules' keep_firing_for): a contention back by then only keeps the same page going,
+      and a peak that comes late (co-tenants slower than when it was learned) is that collision.
     ``raw``: contention_confidence() of this poll (None: no contention predicted); ``overflow``:
     bytes above capacity (-headroom) when predicted.
     """
@@ -216,7 +237,8 @@ def hold_confidence(raw: float | None, hold: ConfidenceHold | None, now: float, 
         if hold.held >= CRITICAL_CONFIDENCE:
             hold = replace(hold, cleared_at=hold.seen, cleared_over=hold.paged_over)
         hold = replace(hold, held=0.0, paged_over=0)
-    if (hold.held < CRITICAL_CONFIDENCE and hold.cleared_at is not None and now - hold.cleared_at < HOLD_DOWN_SECONDS
+    if (hold.held < CRITICAL_CONFIDENCE and hold.cleared_at is not None
+            and PAGE_KEPT_SECONDS < now - hold.cleared_at < HOLD_DOWN_SECONDS
             and overflow <= hold.cleared_over + MIN_MARGIN_SHARE * (capacity or 0)):
         raw = min(raw, HELD_DOWN)
     confidence = max(raw, hold.held)
