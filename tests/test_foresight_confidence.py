@@ -221,8 +221,9 @@ def test_a_peak_raised_by_a_running_run_but_never_seen_in_a_complete_one_does_no
 
 def test_a_cleared_page_is_not_repeated_for_the_same_overflow_within_the_hold_down():
     """Hysteresis: a contention paged (0.9), cleared for longer than the grace, then predicted
-    again 5 minutes later with the same overflow stays a warning; one whose overflow grew by more
-    than MIN_MARGIN_SHARE of the device pages again, and after HOLD_DOWN_SECONDS anything may."""
+    again 5 minutes later (its page, kept PAGE_KEPT_SECONDS, has ended) with the same overflow stays
+    a warning; one whose overflow grew by more than MIN_MARGIN_SHARE of the device pages again, and
+    HOLD_DOWN_SECONDS after the page's end anything may."""
     capacity, grace = 40 * GiB, 60.0
     confidence, hold = hold_confidence(0.9, None, 0.0, 2 * GiB, capacity, grace)
     assert confidence == 0.9
@@ -233,7 +234,10 @@ def test_a_cleared_page_is_not_repeated_for_the_same_overflow_within_the_hold_do
     assert again < CRITICAL_CONFIDENCE
     grown, _ = hold_confidence(0.9, hold, 300.0, 3 * GiB, capacity, grace)  # 1 GiB more: 2.5 % of 40 GiB
     assert grown >= CRITICAL_CONFIDENCE
-    later, _ = hold_confidence(0.9, hold, 5.0 + HOLD_DOWN_SECONDS + 1.0, 2 * GiB, capacity, grace)
+    ended = 5.0 + PAGE_KEPT_SECONDS  # the kept page resolves: the hold-down counts from there
+    held, _ = hold_confidence(0.9, hold, ended + HOLD_DOWN_SECONDS - 1.0, 2 * GiB, capacity, grace)
+    assert held < CRITICAL_CONFIDENCE
+    later, _ = hold_confidence(0.9, hold, ended + HOLD_DOWN_SECONDS + 1.0, 2 * GiB, capacity, grace)
     assert later >= CRITICAL_CONFIDENCE
     never_paged, hold = hold_confidence(0.5, None, 0.0, 2 * GiB, capacity, grace)
     assert hold_confidence(0.9, hold, 300.0, 2 * GiB, capacity, grace)[0] == 0.9, "only a page is held down"

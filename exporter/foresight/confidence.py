@@ -49,7 +49,7 @@ SLOWDOWN_SHARE = 0.1
 WHEN_UNKNOWN = ("declared", "trend")  # bases that say how much (or how fast), never when
 MIN_MARGIN_SHARE = 0.02  # a grounded overflow needs this share of the device to be fully confident
 CRITICAL_CONFIDENCE = 0.8  # the alerts' critical tier: gpushare_*_memory_contention_confidence_ratio >= this
-HOLD_DOWN_SECONDS = 600.0  # a device's cleared page is not repeated within this unless its overflow grows
+HOLD_DOWN_SECONDS = 600.0  # a device's page is not repeated within this of its end unless its overflow grows
 # The critical rules' keep_firing_for (alerts/gpushare-memory.yml): a page stays up this long after its
 # contention clears, so a contention back within it is the same page going on, not a repeat to hold down
 PAGE_KEPT_SECONDS = 240.0
@@ -220,13 +220,13 @@ def hold_confidence(raw: float | None, hold: ConfidenceHold | None, now: float, 
     - Held at its highest while the contention stays predicted (a gap of up to ``grace`` seconds
       included, as the warning rule's keep_firing_for): a run between two landmarks, or a co-tenant just
       killed, must not turn a page back into a warning.
-    - Hysteresis: once a contention that reached CRITICAL_CONFIDENCE has cleared, a new one on
-      the device within HOLD_DOWN_SECONDS stays below it unless its overflow exceeds the
-      cleared one's by MIN_MARGIN_SHARE of the device: a forecast that said yes, then no, then
-      yes again about the same overflow has not learned anything new, and the on-call was paged
-      for it already. Not while that page is still up (PAGE_KEPT_SECONDS after the clearing, the
-      critical rules' keep_firing_for): a contention back by then only keeps the same page going,
-      and a peak that comes late (co-tenants slower than when it was learned) is that collision.
+    - Hysteresis: once a contention that reached CRITICAL_CONFIDENCE has cleared, its page stays
+      up PAGE_KEPT_SECONDS (the critical rules' keep_firing_for); a contention back by then only
+      keeps that page going (a peak that comes late, co-tenants slower than when it was learned, is
+      that collision), so it is not held. Within HOLD_DOWN_SECONDS of the page's end a new one on
+      the device stays below CRITICAL_CONFIDENCE unless its overflow exceeds the cleared one's by
+      MIN_MARGIN_SHARE of the device: a forecast that said yes, then no, then yes again about the
+      same overflow has not learned anything new, and the on-call was paged for it already.
     ``raw``: contention_confidence() of this poll (None: no contention predicted); ``overflow``:
     bytes above capacity (-headroom) when predicted.
     """
@@ -238,7 +238,7 @@ def hold_confidence(raw: float | None, hold: ConfidenceHold | None, now: float, 
             hold = replace(hold, cleared_at=hold.seen, cleared_over=hold.paged_over)
         hold = replace(hold, held=0.0, paged_over=0)
     if (hold.held < CRITICAL_CONFIDENCE and hold.cleared_at is not None
-            and PAGE_KEPT_SECONDS < now - hold.cleared_at < HOLD_DOWN_SECONDS
+            and PAGE_KEPT_SECONDS < now - hold.cleared_at < PAGE_KEPT_SECONDS + HOLD_DOWN_SECONDS
             and overflow <= hold.cleared_over + MIN_MARGIN_SHARE * (capacity or 0)):
         raw = min(raw, HELD_DOWN)
     confidence = max(raw, hold.held)
