@@ -80,6 +80,23 @@ def peak_spread(state: ProcessState) -> float:
     return max(UNKNOWN_SPREAD, spread) if len(peaks) < 2 else spread
 
 
+def trusted_spread(state: ProcessState) -> float:
+    """The spread grounding() weighs: as peak_spread, but of an even number of complete runs the
+    typical one is the upper of the two middle peaks, not their mean. A sampled peak is a lower
+    bound (a poll can miss a spike, never see one that was not there), so of two runs that
+    disagree the higher is taken as typical; the disagreement stays unexplained, so it grounds no
+    more than one run does (at least UNKNOWN_SPREAD, or peak_spread if that is less). The margin
+    check keeps peak_spread (ungrounded_share): a likely collision must still survive the mean."""
+    profile = state.profile
+    peaks = sorted(p for p in (profile.recent_peaks if profile is not None else ()) if p > 0)
+    measured = peak_spread(state)
+    if len(peaks) < 2 or len(peaks) % 2 or state.basis not in ("learned", "scaled"):
+        return measured
+    top = max(profile.peak_bytes, peaks[-1])
+    upper = (top - peaks[len(peaks) // 2]) / top
+    return max(upper, min(measured, UNKNOWN_SPREAD))
+
+
 def _past_end(state: ProcessState) -> bool:
     """True when a learned run is already past its learned end: how long it goes on is a guess
     (forecast.process_curve holds it as long again as it is late), so what it is expected to
@@ -134,7 +151,7 @@ def grounding(state: ProcessState) -> float:
     if profile is not None and state.basis in ("learned", "scaled"):
         # several runs: the next one differs by about the spread of their peaks; one run: by
         # anything, so never more than SINGLE_RUN, and less when its forecast peak is above it
-        spread = max(0.0, 1.0 - SPREAD_WEIGHT * peak_spread(state))
+        spread = max(0.0, 1.0 - SPREAD_WEIGHT * trusted_spread(state))
         weight *= min(SINGLE_RUN, spread) if profile.runs < 2 else spread
     return weight
 
