@@ -12,8 +12,9 @@ device overflows. Each process's part rests on its basis (exporter.foresight.for
 
 The device's confidence is the growth-weighted grounding of its processes, capped by how far
 the predicted overflow still clears capacity once the memory they do not ground is taken
-away (ungrounded_share: a profile's growth less its peak spread; a collision that needs every weakly grounded byte to be right is a coin toss, not a
-likely OOM), over MIN_MARGIN_SHARE of the device. Memory held now is not grounded either when
+away (ungrounded_share: of a profile's growth, its peak spread; a collision that needs every
+weakly grounded byte to be right is a coin toss, not a likely OOM), over MIN_MARGIN_SHARE of
+the device. Memory held now is not grounded either when
 the collision is later and the process may have let it go by then: a run past its learned
 end, an unprofiled process at a high of its own load waves. It is capped again by timing: the
 overflow must outlast how far the processes' timings may drift (timing_drift), and held, with
@@ -200,7 +201,7 @@ def contention_confidence(states: Sequence[ProcessState], forecast: DeviceForeca
     weights = {s.pid: grounding(s) for s in states}
     grounded = sum(weights[pid] * g for pid, g in growth.items()) / total
     # The overflow left once the growth each basis does not ground is taken away: a collision that
-    # needs every byte of a profile's growth, past its spread (ungrounded_share), to be right is not likely yet. A
+    # needs a profile's growth past its spread (ungrounded_share) to be right is not likely yet. A
     # declared size is held from now on and a trend is a straight line: neither says when the
     # process reaches that memory, so a collision that needs any of their growth to happen at the
     # moment a learned co-tenant peaks is not likely either: their growth counts as ungrounded whole.
