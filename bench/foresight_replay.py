@@ -202,8 +202,7 @@ def components(row) -> dict | None:
         return {"grounded": 1.0, "clears": 1.0, "timing": 1.0, "procs": procs, "over_gib": -row["headroom"] / 2**30}
     weights = {s.pid: conf.grounding(s) for s in states}
     grounded = sum(weights[p] * g for p, g in growth.items()) / total
-    when_unknown = {s.pid for s in states if s.basis in conf.WHEN_UNKNOWN}
-    ungrounded_growth = sum((1.0 if p in when_unknown else 1.0 - weights[p]) * g for p, g in growth.items())
+    ungrounded_growth = sum(conf.ungrounded_share(s) * growth[s.pid] for s in states)
     held = 0
     if forecast.contention_in_seconds > grace:
         held = sum(at.get(s.pid, 0) for s in states if conf._past_end(s)) + sum(conf._gives_back(s) for s in states)

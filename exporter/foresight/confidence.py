@@ -12,8 +12,9 @@ device overflows. Each process's part rests on its basis (exporter.foresight.for
 
 The device's confidence is the growth-weighted grounding of its processes, capped by how far
 the predicted overflow still clears capacity once the memory they do not ground is taken
-away (a collision that needs every weakly grounded byte to be right is a coin toss, not a
-likely OOM), over MIN_MARGIN_SHARE of the device. Memory held now is not grounded either when
+away (ungrounded_share: of a profile's growth, its peak spread; a collision that needs every
+weakly grounded byte to be right is a coin toss, not a likely OOM), over MIN_MARGIN_SHARE of
+the device. Memory held now is not grounded either when
 the collision is later and the process may have let it go by then: a run past its learned
 end, an unprofiled process at a high of its own load waves. It is capped again by timing: the
 overflow must outlast how far the processes' timings may drift (timing_drift), and held, with
@@ -49,7 +50,10 @@ SLOWDOWN_SHARE = 0.1
 WHEN_UNKNOWN = ("declared", "trend")  # bases that say how much (or how fast), never when
 MIN_MARGIN_SHARE = 0.02  # a grounded overflow needs this share of the device to be fully confident
 CRITICAL_CONFIDENCE = 0.8  # the alerts' critical tier: gpushare_*_memory_contention_confidence_ratio >= this
-HOLD_DOWN_SECONDS = 600.0  # a device's cleared page is not repeated within this unless its overflow grows
+HOLD_DOWN_SECONDS = 600.0  # a device's page is not repeated within this of its end unless its overflow grows
+# The critical rules' keep_firing_for (alerts/gpushare-memory.yml): a page stays up this long after its
+# contention clears, so a contention back within it is the same page going on, not a repeat to hold down
+PAGE_KEPT_SECONDS = 240.0
 HELD_DOWN = 0.79  # the most confidence a held-down contention gets (just under CRITICAL_CONFIDENCE)
 
 
@@ -75,6 +79,23 @@ def peak_spread(state: ProcessState) -> float:
         return UNKNOWN_SPREAD
     spread = (top - _median(peaks)) / top
     return max(UNKNOWN_SPREAD, spread) if len(peaks) < 2 else spread
+
+
+def trusted_spread(state: ProcessState) -> float:
+    """The spread grounding() weighs: as peak_spread, but of an even number of complete runs the
+    typical one is the upper of the two middle peaks, not their mean. A sampled peak is a lower
+    bound (a poll can miss a spike, never see one that was not there), so of two runs that
+    disagree the higher is taken as typical; the disagreement stays unexplained, so it grounds no
+    more than one run does (at least UNKNOWN_SPREAD, or peak_spread if that is less). The margin
+    check keeps peak_spread (ungrounded_share): a likely collision must still survive the mean."""
+    profile = state.profile
+    peaks = sorted(p for p in (profile.recent_peaks if profile is not None else ()) if p > 0)
+    measured = peak_spread(state)
+    if len(peaks) < 2 or len(peaks) % 2 or state.basis not in ("learned", "scaled"):
+        return measured
+    top = max(profile.peak_bytes, peaks[-1])
+    upper = (top - peaks[len(peaks) // 2]) / top
+    return max(upper, min(measured, UNKNOWN_SPREAD))
 
 
 def _past_end(state: ProcessState) -> bool:
@@ -131,9 +152,26 @@ def grounding(state: ProcessState) -> float:
     if profile is not None and state.basis in ("learned", "scaled"):
         # several runs: the next one differs by about the spread of their peaks; one run: by
         # anything, so never more than SINGLE_RUN, and less when its forecast peak is above it
-        spread = max(0.0, 1.0 - SPREAD_WEIGHT * peak_spread(state))
+        spread = max(0.0, 1.0 - SPREAD_WEIGHT * trusted_spread(state))
         weight *= min(SINGLE_RUN, spread) if profile.runs < 2 else spread
     return weight
+
+
+def ungrounded_share(state: ProcessState) -> float:
+    """0..1: the share of its growth a collision must do without to be likely (the margin check).
+
+    A learned or scaled profile's next run peaks about its spread below the forecast peak (the
+    median of its complete runs is that far below; one run: UNKNOWN_SPREAD), and a scaled one's
+    size is grounded only GROUNDING["scaled"]: what is left once both are taken away is grounded.
+    The spread is taken once here, not SPREAD_WEIGHT times as in grounding(): that weight says how
+    much a wide spread lowers the trust in the forecast, while the margin asks whether the
+    overflow survives each run peaking where its typical run did (docs/foresight.md, seventh
+    round). A declared size or a trend says how much, never when: none of its growth is grounded."""
+    if state.basis in WHEN_UNKNOWN:
+        return 1.0
+    if state.profile is not None and state.basis in ("learned", "scaled"):
+        return 1.0 - GROUNDING[state.basis] * max(0.0, 1.0 - peak_spread(state))
+    return 1.0 - grounding(state)
 
 
 def over_seconds(states: Sequence[ProcessState], forecast: DeviceForecast, grace: float = 0.0) -> float:
@@ -163,12 +201,11 @@ def contention_confidence(states: Sequence[ProcessState], forecast: DeviceForeca
     weights = {s.pid: grounding(s) for s in states}
     grounded = sum(weights[pid] * g for pid, g in growth.items()) / total
     # The overflow left once the growth each basis does not ground is taken away: a collision that
-    # needs a declared size or a one-run profile to be right to the byte is not likely yet. A
+    # needs a profile's growth past its spread (ungrounded_share) to be right is not likely yet. A
     # declared size is held from now on and a trend is a straight line: neither says when the
     # process reaches that memory, so a collision that needs any of their growth to happen at the
     # moment a learned co-tenant peaks is not likely either: their growth counts as ungrounded whole.
-    when_unknown = {s.pid for s in states if s.basis in WHEN_UNKNOWN}
-    ungrounded = sum((1.0 if pid in when_unknown else 1.0 - weights[pid]) * g for pid, g in growth.items())
+    ungrounded = sum(ungrounded_share(s) * growth[s.pid] for s in states)
     if forecast.contention_in_seconds > grace:  # later than the next poll: what is held now may be gone by then
         ungrounded += sum(at.get(s.pid, 0) for s in states if _past_end(s))
         ungrounded += sum(_gives_back(s) for s in states)
@@ -201,11 +238,13 @@ def hold_confidence(raw: float | None, hold: ConfidenceHold | None, now: float, 
     - Held at its highest while the contention stays predicted (a gap of up to ``grace`` seconds
       included, as the warning rule's keep_firing_for): a run between two landmarks, or a co-tenant just
       killed, must not turn a page back into a warning.
-    - Hysteresis: once a contention that reached CRITICAL_CONFIDENCE has cleared, a new one on
-      the device within HOLD_DOWN_SECONDS stays below it unless its overflow exceeds the
-      cleared one's by MIN_MARGIN_SHARE of the device: a forecast that said yes, then no, then
-      yes again about the same overflow has not learned anything new, and the on-call was paged
-      for it already.
+    - Hysteresis: once a contention that reached CRITICAL_CONFIDENCE has cleared, its page stays
+      up PAGE_KEPT_SECONDS (the critical rules' keep_firing_for); a contention back by then only
+      keeps that page going (a peak that comes late, co-tenants slower than when it was learned, is
+      that collision), so it is not held. Within HOLD_DOWN_SECONDS of the page's end a new one on
+      the device stays below CRITICAL_CONFIDENCE unless its overflow exceeds the cleared one's by
+      MIN_MARGIN_SHARE of the device: a forecast that said yes, then no, then yes again about the
+      same overflow has not learned anything new, and the on-call was paged for it already.
     ``raw``: contention_confidence() of this poll (None: no contention predicted); ``overflow``:
     bytes above capacity (-headroom) when predicted.
     """
@@ -216,7 +255,8 @@ def hold_confidence(raw: float | None, hold: ConfidenceHold | None, now: float, 
         if hold.held >= CRITICAL_CONFIDENCE:
             hold = replace(hold, cleared_at=hold.seen, cleared_over=hold.paged_over)
         hold = replace(hold, held=0.0, paged_over=0)
-    if (hold.held < CRITICAL_CONFIDENCE and hold.cleared_at is not None and now - hold.cleared_at < HOLD_DOWN_SECONDS
+    if (hold.held < CRITICAL_CONFIDENCE and hold.cleared_at is not None
+            and PAGE_KEPT_SECONDS < now - hold.cleared_at < PAGE_KEPT_SECONDS + HOLD_DOWN_SECONDS
             and overflow <= hold.cleared_over + MIN_MARGIN_SHARE * (capacity or 0)):
         raw = min(raw, HELD_DOWN)
     confidence = max(raw, hold.held)
