@@ -25,6 +25,7 @@ Rules (each chosen to be simple and monotone in load, not to model silicon):
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from exporter.sim.piecewise import integral, integrate_clipped, slope_after, timeline_value, value_slope
@@ -56,33 +57,75 @@ class Telemetry:
 
     def __init__(self, engine: EngineView):
         self.engine = engine
+        # Device activity at instants before now, kept while now stays (see _activity_before_now).
+        self._past_now: float | None = None
+        self._past: dict = {}
+        self._lines: dict[int, tuple] = {}  # id(process) -> _pipe_lines
+        self._sums: dict[tuple, dict] = {}  # ids of settled processes -> device_activity (see there)
 
     def device_activity(self, key: DeviceKey, t: float) -> dict[str, float]:
         """Per-pipe activity ratios of one device (GPU or MIG instance) at t."""
-        # A GPM average asks this at 32 instants per device: process_activity inlined (the processes
-        # are alive at t, so each one's value is its timeline's, 0 without one), the same sums.
-        activities = [p.activity for p in self.engine.alive(t, device=key)]
-        result = {}
-        for pipe in ACTIVITY_FIELDS:
-            fallback = "sm_active" if pipe == "graphics_active" else None
-            values = []
-            for activity in activities:
-                timeline = activity.get(pipe)
-                if timeline is None and fallback:
-                    timeline = activity.get(fallback)
-                values.append(timeline_value(timeline, t) if timeline else 0.0)
-            result[pipe] = min(1.0, sum(values))
-        return result
+        # A GPM or DCGM average asks this at 32 instants per device. process_activity inlined: the
+        # processes are alive at t, so each one's value is its timeline's, 0 without one; each
+        # process's values at t come as one row (_pipe_lines). Where every process's timelines
+        # are past their last point the rows are fixed per process, so the sums of that set of
+        # processes are kept (_sums, by the processes' ids): most instants of most windows.
+        procs = self.engine.alive(t, device=key)
+        known, rows, settled = self._lines, [], True
+        for p in procs:
+            lines = known.get(id(p)) or self._pipe_lines(p)
+            if t > lines[0]:
+                rows.append(lines[1])
+            else:
+                settled = False
+                rows.append([x if x.__class__ is not tuple else timeline_value(x, t) for x in lines[2]])
+        if not settled:
+            return {pipe: min(1.0, sum([row[i] for row in rows])) for i, pipe in enumerate(ACTIVITY_FIELDS)}
+        ident = tuple([id(p) for p in procs])
+        sums = self._sums.get(ident)
+        if sums is None:
+            if len(self._sums) >= 4096:
+                self._sums.clear()
+            sums = self._sums[ident] = {pipe: min(1.0, sum([row[i] for row in rows]))
+                                        for i, pipe in enumerate(ACTIVITY_FIELDS)}
+        return dict(sums)
 
-    def gpu_activity(self, gpu: int, t: float) -> dict[str, float]:
-        """Per-pipe activity ratios of the whole GPU at t (SM-weighted under MIG)."""
+    def _pipe_lines(self, p: Proc) -> tuple:
+        """(settled after, settled row, lines) of process ``p``. Lines: per ACTIVITY_FIELDS pipe, its
+        timeline (a tuple), or the value itself where that is the same at every instant (a
+        one-point timeline's value; 0.0 without a timeline). After its timelines' last point
+        (strictly) each timeline holds its last value (timeline_value walks every point and
+        returns the last one): the settled row. A process's activity is fixed when the engine
+        builds it, and the engine keeps every process for its life, so its id stays its own."""
+        lines, settled, after = [], [], -math.inf
+        for pipe in ACTIVITY_FIELDS:
+            timeline = p.activity.get(pipe)
+            if timeline is None and pipe == "graphics_active":
+                timeline = p.activity.get("sm_active")
+            if not timeline:
+                lines.append(0.0)
+                settled.append(0.0)
+            elif len(timeline) == 1:
+                lines.append(timeline[0][1])
+                settled.append(timeline[0][1])
+            else:
+                lines.append(tuple(timeline))
+                settled.append(timeline[-1][1])
+                after = max(after, *(at for at, _ in timeline))
+        entry = self._lines[id(p)] = (after, tuple(settled), tuple(lines))
+        return entry
+
+    def gpu_activity(self, gpu: int, t: float, device=None) -> dict[str, float]:
+        """Per-pipe activity ratios of the whole GPU at t (SM-weighted under MIG). ``device``: what
+        reads a device's activity (device_activity unless the caller keeps them)."""
+        device = device or self.device_activity
         ep = self.engine.epoch(gpu, t)
         if not ep.mig_enabled:
-            return self.device_activity((gpu, 0), t)
+            return device((gpu, 0), t)
         total_sms = self.engine.models[gpu].sm_count
         result = dict.fromkeys(ACTIVITY_FIELDS, 0.0)
         for inst in ep.instances:
-            activity = self.device_activity((gpu, inst.serial), t)
+            activity = device((gpu, inst.serial), t)
             for pipe in ACTIVITY_FIELDS:
                 result[pipe] += activity[pipe] * inst.profile.sm_count / total_sms
         return result
@@ -211,10 +254,29 @@ class Telemetry:
         """Average activity over [t1, t2] of a device (key) or the GPU (key None), as GPM
         reports between two samples: the mean of 32 midpoint evaluations."""
         lo, hi = min(t1, t2), max(t1, t2)
-        read = (lambda t: self.gpu_activity(gpu, t)) if key is None else (
-            lambda t: self.device_activity(key, t))
         if hi == lo:
-            return read(hi)
+            return self.gpu_activity(gpu, hi) if key is None else self.device_activity(key, hi)
         points = [lo + (hi - lo) * (k + 0.5) / 32 for k in range(32)]
-        samples = [read(t) for t in points]
-        return {pipe: sum(s[pipe] for s in samples) / len(samples) for pipe in ACTIVITY_FIELDS}
+        past = self._activity_before_now
+        samples = [self.gpu_activity(gpu, t, past) for t in points] if key is None else [past(key, t) for t in points]
+        return {pipe: sum([s[pipe] for s in samples]) / len(samples) for pipe in ACTIVITY_FIELDS}
+
+    def _activity_before_now(self, key: DeviceKey, t: float) -> dict[str, float]:
+        """device_activity(key, t), kept for instants before now until now moves (read only).
+
+        A GPU's average and each of its GPU instances' averages over the same window ask the same
+        32 instants of the same devices (a DCGM update of a MIG GPU and its instances; GPM next to
+        it): each is computed once. The activity at an instant before now never changes: the
+        processes, their timelines and the MIG epochs are fixed when the engine is built, and a
+        kill happens at now, so it sets killed_at to an instant later than every earlier one. The
+        instant now itself is not kept (a kill at now changes it)."""
+        now = self.engine.now
+        if t >= now:
+            return self.device_activity(key, t)
+        if self._past_now != now:
+            self._past_now, self._past = now, {}
+        past = self._past
+        got = past.get((key, t))
+        if got is None:
+            got = past[(key, t)] = self.device_activity(key, t)
+        return got

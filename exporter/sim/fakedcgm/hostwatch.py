@@ -6,10 +6,12 @@ and faults). See that module for the update model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import struct
+from ctypes import Structure, Union, sizeof
+from typing import NamedTuple
 
 from exporter.sim.fakedcgm import fieldtable
-from exporter.sim.fakelib import call_matches
+from exporter.sim.faults import call_matches
 
 OK, BADPARAM, NOT_SUPPORTED, NVML_ERROR, UNKNOWN_FIELD = 0, -1, -6, -8, -13
 NO_DATA_STATUS, NOT_WATCHED, GPU_IS_LOST, DUPLICATE_KEY = -14, -16, -18, -26
@@ -21,9 +23,9 @@ _INT64_BLANK, _FP64_BLANK = 0x7FFFFFFFFFFFFFF0, 140737488355328.0
 _STR_BLANKS = ("<<<NULL>>>", "<<<NOT_FOUND>>>", "<<<NOT_SUPPORTED>>>")
 
 
-@dataclass(frozen=True)
-class Sample:
-    """The latest value of one (entity, field) in an engine's cache."""
+class Sample(NamedTuple):
+    """The latest value of one (entity, field) in an engine's cache (a tuple: an engine makes
+    one per watched field and update)."""
 
     t: float | None  # virtual time it was taken; None: never
     value: object = None  # None: blank
@@ -131,7 +133,7 @@ class WatchCalls:
                 return MODULE_NOT_LOADED
             if self._fault("profiling_lock"):
                 return PROFILING_LIBRARY_ERROR
-        supported = fieldtable.profiling_supported(self.sim, gpu, self._unsupported)
+        supported = self._profiling_supported(gpu)
         return OK if all(f in supported for f in profiling) else NOT_SUPPORTED
 
     def dcgmUnwatchFields(self, handle, group_id, field_group_id):
@@ -161,9 +163,10 @@ class WatchCalls:
                 period = seconds if period is None else min(period, seconds)
         return fields, period
 
-    def _update(self, engine, entity: tuple[int, int], force: bool) -> None:
-        """Sample every watched field of ``entity`` if an update is due (see hostengine)."""
-        fields, period = self._watched(engine, entity)
+    def _update(self, engine, entity: tuple[int, int], force: bool, watched=None) -> None:
+        """Sample every watched field of ``entity`` if an update is due (see hostengine).
+        ``watched``: ``_watched(engine, entity)`` when the caller has it already."""
+        fields, period = watched or self._watched(engine, entity)
         resolved = self._resolve(engine, *entity)
         now, last = self.now, engine.updated.get(entity)
         if not fields or resolved is None or not (force or last is None or now - last >= 0.5 * period):
@@ -172,41 +175,50 @@ class WatchCalls:
         window = None
         if last is not None and now > last and any(f in fieldtable.PROFILING for f in fields):
             window = fieldtable.profiling_window(self.sim, gpu, inst, last, now)
+        # What every field of this update shares: the scenario's NVML faults on this GPU now, and
+        # whether DCGM can profile it now (looked up once per update, not once per field).
+        faults = [f for f in self.sim.engine.faults if f.active(now) and f.gpu in (None, gpu)]
+        gpm = self._gpu_has_gpm(gpu)
+        blanked = not gpm and (self._fault("profiling_lock") or self._fault("profiling_module_missing"))
+        supported = self._profiling_supported(gpu)
+        samples = engine.samples
         for fid in fields:
             key = (*entity, fid)
-            engine.samples[key] = self._sample(fid, gpu, inst, window, engine.samples.get(key, EMPTY))
+            samples[key] = self._sample(fid, gpu, inst, window, samples.get(key, EMPTY), faults, gpm, blanked,
+                                        supported)
         engine.updated[entity] = now
 
-    def _sample(self, fid: int, gpu: int, inst, window, previous: Sample) -> Sample:
+    def _sample(self, fid: int, gpu: int, inst, window, previous: Sample, faults, gpm: bool, blanked: bool,
+                supported) -> Sample:
         fd, now = fieldtable.FIELDS[fid], self.now
         if inst is not None and fd.level == fieldtable.GPU:
             # A GPU-level field asked on a GPU instance is remapped to the parent GPU: the
             # device's value, repeated per instance (DcgmCacheManager.cpp "DCGM_FE_GPU_I or
             # DCGM_FE_GPU_CI - remap to parent GPU", shared/reference/nvml_facts.md).
             inst = None
-        failed = self._nvml_fault(fid, gpu)
-        if failed is not None:
-            return failed
+        if faults:
+            failed = self._nvml_fault(fid, faults, gpm)
+            if failed is not None:
+                return failed
         if fid not in fieldtable.PROFILING:
             value = fd.read(self.sim, gpu, inst, now)
             return Sample(now, value, NOT_SUPPORTED_BLANK if value is None else NO_DATA)
-        if fid not in fieldtable.profiling_supported(self.sim, gpu, self._unsupported):
+        if fid not in supported:
             return Sample(now, blank=NOT_SUPPORTED_BLANK)
-        if not self._gpu_has_gpm(gpu) and (self._fault("profiling_lock") or self._fault("profiling_module_missing")):
+        if blanked:
             return Sample(now)  # DCGM stores blanks while it cannot profile
         if window is None:  # no interval to average over yet
             return previous if previous.t is not None else Sample(now)
         return Sample(now, window[fid])
 
-    def _nvml_fault(self, fid: int, gpu: int) -> Sample | None:
-        """A blank with an error status when the NVML call DCGM makes for ``fid`` fails now."""
-        fd, now = fieldtable.FIELDS[fid], self.now
-        symbol = fd.nvml
-        if fid in fieldtable.PROFILING and self._gpu_has_gpm(gpu):
+    def _nvml_fault(self, fid: int, faults: list, gpm: bool) -> Sample | None:
+        """A blank with an error status when the NVML call DCGM makes for ``fid`` fails now;
+        ``faults``: the scenario's fault windows active now on this GPU (or on every GPU)."""
+        now = self.now
+        symbol = fieldtable.FIELDS[fid].nvml
+        if fid in fieldtable.PROFILING and gpm:
             symbol = "nvmlGpmSampleGet"
-        for fault in self.sim.engine.faults:
-            if not fault.active(now) or fault.gpu not in (None, gpu):
-                continue
+        for fault in faults:
             if fault.call == "*" or (symbol is not None and call_matches(fault.call, symbol)):
                 if fault.error == "NotSupported":
                     return Sample(now, blank=NOT_SUPPORTED_BLANK)
@@ -216,12 +228,12 @@ class WatchCalls:
 
     # -- latest values ----------------------------------------------------------------------------
 
-    def _lookup(self, engine, eg: int, eid: int, fid: int) -> Sample:
+    def _lookup(self, engine, eg: int, eid: int, fid: int, watched_fields=None) -> Sample:
         if fid not in fieldtable.FIELDS:
             return Sample(None, status=UNKNOWN_FIELD)
         if self._resolve(engine, eg, eid) is None:
             return Sample(None, status=BADPARAM if eg == FE_GPU else INSTANCE_NOT_FOUND)
-        if fid not in self._watched(engine, (eg, eid))[0]:
+        if fid not in (self._watched(engine, (eg, eid))[0] if watched_fields is None else watched_fields):
             return Sample(None, status=NOT_WATCHED)
         return engine.samples.get((eg, eid, fid), EMPTY)
 
@@ -243,13 +255,19 @@ class WatchCalls:
             return engine
         entities = [(pairs[n].entityGroupId, pairs[n].entityId) for n in range(_value(count))]
         fids = [int(field_ids[n]) for n in range(_value(field_count))]
-        for entity in dict.fromkeys(entities):
-            self._update(engine, entity, force=bool(_value(flags) & 1))  # DCGM_FV_FLAG_LIVE_DATA
+        watched = {entity: self._watched(engine, entity) for entity in dict.fromkeys(entities)}
+        for entity, fields in watched.items():
+            self._update(engine, entity, force=bool(_value(flags) & 1), watched=fields)  # DCGM_FV_FLAG_LIVE_DATA
+        writer = _ValueWriter.of(values)
+        boot = self.sim.boot_time
         for n, (eg, eid) in enumerate(entities):
+            fields = watched[(eg, eid)][0]
             for m, fid in enumerate(fids):
-                out = values[n * len(fids) + m]
-                out.version, out.entityGroupId, out.entityId = (2 << 24) | 0, eg, eid
-                self._fill(out, self._lookup(engine, eg, eid, fid), fid)
+                sample = self._lookup(engine, eg, eid, fid, fields)
+                if writer is None or not writer.write(n * len(fids) + m, eg, eid, fid, sample, boot):
+                    out = values[n * len(fids) + m]
+                    out.version, out.entityGroupId, out.entityId = (2 << 24) | 0, eg, eid
+                    self._fill(out, sample, fid)
         return OK
 
     def dcgmEntityGetLatestValues(self, handle, eg, eid, field_ids, field_count, values):
@@ -263,3 +281,70 @@ class WatchCalls:
             out.version = 1 << 24
             self._fill(out, self._lookup(engine, *entity, int(field_ids[m])), int(field_ids[m]))
         return OK
+
+
+class _ValueWriter:
+    """Writes numeric dcgmFieldValue_v2 records straight into the caller's array, as libdcgm's C
+    code does (the ctypes attribute path through the fake bindings' structure class costs about
+    seven Python calls per value). The layout comes from the array's own ctypes fields; the
+    bytes written are those the attribute path writes (version, entity, field id, type, status,
+    timestamp, the union's 8 numeric bytes; ``unused`` and the rest of the union untouched).
+    Strings, and values a struct format cannot hold as ctypes would (ctypes wraps an out-of-range
+    integer; struct refuses it), take the attribute path (``write`` returns False)."""
+
+    _HEAD = struct.Struct("IIIHhi")  # version, entityGroupId, entityId, fieldId, fieldType, status
+    _INT = struct.Struct("qq")  # ts, value.i64
+    _DBL = struct.Struct("qd")  # ts, value.dbl
+    _layouts: dict = {}  # element type -> (size, offset of ts) or None when it is not the expected layout
+
+    def __init__(self, values, size: int, ts_at: int):
+        self.buffer = memoryview(values).cast("B")
+        self.size, self.ts_at = size, ts_at
+
+    @classmethod
+    def of(cls, values):
+        kind = getattr(values, "_type_", None)
+        if kind is None:
+            return None
+        layout = cls._layouts.get(kind, False)
+        if layout is False:
+            layout = cls._layouts[kind] = cls._layout(kind)
+        return None if layout is None else cls(values, *layout)
+
+    @classmethod
+    def _layout(cls, kind):
+        """(element size, ts offset) when ``kind`` is dcgmFieldValue_v2's C layout, else None."""
+        try:
+            fields = [name for name, *_ in kind._fields_]
+            offsets = [getattr(kind, name).offset for name in fields]
+            union = dict(kind._fields_)["value"]
+        except (AttributeError, TypeError, KeyError):
+            return None
+        expected = ["version", "entityGroupId", "entityId", "fieldId", "fieldType", "status", "unused", "ts", "value"]
+        if (fields != expected or offsets[:6] != [0, 4, 8, 12, 14, 16] or offsets[8] != offsets[7] + 8
+                or not issubclass(kind, Structure) or not issubclass(union, Union)
+                or union.i64.offset != 0 or union.dbl.offset != 0):
+            return None
+        return sizeof(kind), offsets[7]
+
+    def write(self, index: int, eg: int, eid: int, fid: int, sample: Sample, boot: float) -> bool:
+        fd = fieldtable.FIELDS.get(fid)
+        kind = fd.type if fd else "i"
+        if kind == "s":
+            return False
+        ts = 0 if sample.t is None else int(round((boot + sample.t) * 1_000_000))
+        base = index * self.size
+        try:
+            if kind == "d":
+                body = self._DBL, (_FP64_BLANK + sample.blank if sample.value is None else float(sample.value))
+            else:
+                body = self._INT, (_INT64_BLANK + sample.blank if sample.value is None else int(sample.value))
+            # both packs checked before either writes (a refused value leaves the record to the slow path)
+            head = self._HEAD.pack((2 << 24) | 0, eg, eid, fid, ord(kind), sample.status)
+            tail = body[0].pack(ts, body[1])
+        except struct.error:
+            return False
+        buffer = self.buffer
+        buffer[base:base + 20] = head
+        buffer[base + self.ts_at:base + self.ts_at + 16] = tail
+        return True
