@@ -25,9 +25,9 @@ Rules (each chosen to be simple and monotone in load, not to model silicon):
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
+from exporter.sim.activity import ActivityRows
 from exporter.sim.piecewise import integral, integrate_clipped, slope_after, timeline_value, value_slope
 from exporter.sim.state import Proc
 from exporter.snapshot import ACTIVITY_FIELDS
@@ -60,60 +60,14 @@ class Telemetry:
         # Device activity at instants before now, kept while now stays (see _activity_before_now).
         self._past_now: float | None = None
         self._past: dict = {}
-        self._lines: dict[int, tuple] = {}  # id(process) -> _pipe_lines
-        self._sums: dict[tuple, dict] = {}  # ids of settled processes -> device_activity (see there)
+        self._rows = ActivityRows(engine)
 
     def device_activity(self, key: DeviceKey, t: float) -> dict[str, float]:
         """Per-pipe activity ratios of one device (GPU or MIG instance) at t."""
-        # A GPM or DCGM average asks this at 32 instants per device. process_activity inlined: the
-        # processes are alive at t, so each one's value is its timeline's, 0 without one; each
-        # process's values at t come as one row (_pipe_lines). Where every process's timelines
-        # are past their last point the rows are fixed per process, so the sums of that set of
-        # processes are kept (_sums, by the processes' ids): most instants of most windows.
-        procs = self.engine.alive(t, device=key)
-        known, rows, settled = self._lines, [], True
-        for p in procs:
-            lines = known.get(id(p)) or self._pipe_lines(p)
-            if t > lines[0]:
-                rows.append(lines[1])
-            else:
-                settled = False
-                rows.append([x if x.__class__ is not tuple else timeline_value(x, t) for x in lines[2]])
-        if not settled:
-            return {pipe: min(1.0, sum([row[i] for row in rows])) for i, pipe in enumerate(ACTIVITY_FIELDS)}
-        ident = tuple([id(p) for p in procs])
-        sums = self._sums.get(ident)
-        if sums is None:
-            if len(self._sums) >= 4096:
-                self._sums.clear()
-            sums = self._sums[ident] = {pipe: min(1.0, sum([row[i] for row in rows]))
-                                        for i, pipe in enumerate(ACTIVITY_FIELDS)}
-        return dict(sums)
-
-    def _pipe_lines(self, p: Proc) -> tuple:
-        """(settled after, settled row, lines) of process ``p``. Lines: per ACTIVITY_FIELDS pipe, its
-        timeline (a tuple), or the value itself where that is the same at every instant (a
-        one-point timeline's value; 0.0 without a timeline). After its timelines' last point
-        (strictly) each timeline holds its last value (timeline_value walks every point and
-        returns the last one): the settled row. A process's activity is fixed when the engine
-        builds it, and the engine keeps every process for its life, so its id stays its own."""
-        lines, settled, after = [], [], -math.inf
-        for pipe in ACTIVITY_FIELDS:
-            timeline = p.activity.get(pipe)
-            if timeline is None and pipe == "graphics_active":
-                timeline = p.activity.get("sm_active")
-            if not timeline:
-                lines.append(0.0)
-                settled.append(0.0)
-            elif len(timeline) == 1:
-                lines.append(timeline[0][1])
-                settled.append(timeline[0][1])
-            else:
-                lines.append(tuple(timeline))
-                settled.append(timeline[-1][1])
-                after = max(after, *(at for at, _ in timeline))
-        entry = self._lines[id(p)] = (after, tuple(settled), tuple(lines))
-        return entry
+        # A GPM or DCGM average asks this at 32 instants per device: the sums of process_activity
+        # over the device's processes, from rows kept while their timelines stay flat
+        # (exporter/sim/activity.py), the same floats.
+        return self._rows.device_activity(key, t)
 
     def gpu_activity(self, gpu: int, t: float, device=None) -> dict[str, float]:
         """Per-pipe activity ratios of the whole GPU at t (SM-weighted under MIG). ``device``: what
