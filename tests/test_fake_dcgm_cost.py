@@ -199,3 +199,77 @@ def test_latest_values_answer_the_same_with_and_without_the_writer(engine, monke
         assert any(a[5] == -16 for a in answers[0]) and any(a[5] == -45 for a in answers[0])  # not watched; no such GI
         if t >= 2.0:
             assert any(a[3] == 1002 and a[6] and 0 < float(a[7]) < 1 for a in answers[0])  # a profiling window
+
+
+def _answers(tmp_path, tick: bool) -> list:
+    """Every value a30-mig-dcgm's host engine gives the DCGM backend over its profiling lock and
+    host engine restart, read at 1 s steps; with ``tick``, the engine's update thread (update_due)
+    samples at each step before the read."""
+    from exporter.backend.sim import SimBackend
+
+    backend = SimBackend(SCENARIOS / "a30-mig-dcgm.yaml", backend="dcgm")
+    answers = []
+    try:
+        backend.step_to(350.0)
+        backend.open()
+        original = type(backend.dcgm_lib).invoke
+
+        def record(lib, name, method, args):
+            status = original(lib, name, method, args)
+            if name == "dcgmEntitiesGetLatestValues":
+                answers.append((status, bytes(memoryview(args[-1]).cast("B"))))
+            return status
+        type(backend.dcgm_lib).invoke = record
+        try:
+            for t in range(351, 740, 1):
+                backend.step_to(float(t))
+                if tick:
+                    backend.sim.advance_to(backend.virtual_time())
+                    backend.dcgm_lib.update_due()
+                backend.poll()
+        finally:
+            type(backend.dcgm_lib).invoke = original
+    finally:
+        backend.close()
+    return answers
+
+
+def test_update_due_moves_the_sampling_out_of_the_read_and_changes_no_value(tmp_path, monkeypatch):
+    """The engine thread's sampling at each instant (FakeDcgmLib.update_due, bench/dcgm_pairs.py
+    --engine-thread) gives the reads the same bytes as sampling lazily in the read: through the
+    profiling lock (6-8 min, blanks) and the host engine's restart (11-12 min: calls fail, the
+    tick leaves a down engine alone, the backend reconnects and watches again)."""
+    import time
+    import types
+
+    import exporter.sim
+
+    # one boot time for both hosts (it comes from the wall clock; every DCGM timestamp holds it)
+    clock = {name: getattr(time, name) for name in dir(time) if not name.startswith("_")}
+    monkeypatch.setattr(exporter.sim, "time", types.SimpleNamespace(**{**clock, "time": lambda: 1.8e9}))
+    lazy, ticked = _answers(tmp_path, False), _answers(tmp_path, True)
+    assert len(lazy) == len(ticked) > 300
+    assert lazy == ticked
+    assert any(status != 0 for status, _ in lazy) or len(lazy) < 2 * 389  # the restart: failed or skipped reads
+
+
+def test_update_due_samples_only_what_is_due(engine):
+    sim, lib, handle = engine
+    agent, structs, fields = B.agent, B.structs, B.fields
+    group = agent.dcgmGroupCreate(handle, structs.DCGM_GROUP_EMPTY, "g")
+    agent.dcgmGroupAddEntity(handle, group, fields.DCGM_FE_GPU, 1)
+    agent.dcgmWatchFields(handle, group, agent.dcgmFieldGroupCreate(handle, [155, 1005], "f"), 2_000_000, 60.0, 0)
+    state = lib._impl._handles[handle.value].engine
+    assert state.updated[(1, 1)] == 0.0 and not state.samples  # watched at 0 s: the first window starts
+    sim.engine.advance_to(0.5)
+    lib.update_due()  # 0.5 s after, half the 2 s period is 1 s: not due
+    assert state.updated[(1, 1)] == 0.0 and not state.samples
+    sim.engine.advance_to(1.0)
+    calls = sum(lib.call_counts.values())
+    lib.update_due()
+    assert state.updated[(1, 1)] == 1.0 and state.samples[(1, 1, 155)].t == 1.0
+    assert state.samples[(1, 1, 1005)].value is not None  # the first profiling window, 0-1 s
+    assert sum(lib.call_counts.values()) == calls  # a simulator hook, not a C call
+    sim.engine.advance_to(1.9)
+    lib.update_due()
+    assert state.updated[(1, 1)] == 1.0

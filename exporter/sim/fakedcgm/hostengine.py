@@ -112,6 +112,12 @@ class FakeDcgmLib:
             self.call_counts[name] += 1
             return method(*args)
 
+    def update_due(self) -> None:
+        """The host engine's update thread at this instant (hostwatch.WatchCalls.update_due); a
+        simulator hook, not a C symbol, so it is not counted as a call."""
+        with self.sim._lock:
+            self._impl.update_due()
+
 
 class HostEngine(WatchCalls):
     """The C API's implementation: handles, engines, discovery (values: hostwatch.WatchCalls)."""

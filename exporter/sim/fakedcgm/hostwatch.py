@@ -151,6 +151,22 @@ class WatchCalls:
             self._update(engine, entity, force=True)
         return OK
 
+    def update_due(self) -> None:
+        """What a host engine's own update thread does at this instant (AUTO mode, nv-hostengine):
+        sample every watched entity whose update is due. Not a C symbol. The simulation has no
+        engine thread: reads sample lazily, at the same instant and by the same rule (_update), so
+        calling this before a read gives the same values and only moves the sampling out of the
+        read, as a real engine does it apart from its clients' calls (bench/dcgm_pairs.py
+        --engine-thread). Engines that cannot run now (down, restarted, swapped) are left alone."""
+        engines = {}
+        for handle_id in list(self._handles):
+            engine = self._engine(handle_id)
+            if not isinstance(engine, int):
+                engines[id(engine)] = engine
+        for engine in engines.values():
+            for entity in sorted({e for group_id, _ in engine.watches for e in engine.groups[group_id][1]}):
+                self._update(engine, entity, force=False)
+
     # -- updates ----------------------------------------------------------------------------------
 
     def _watched(self, engine, entity: tuple[int, int]) -> tuple[set[int], float | None]:
