@@ -144,7 +144,7 @@ def digest(path: Path, start: float, end: float, step: float) -> tuple[int, str]
     recorder.install()
     clock, sim_package.time = sim_package.time, _FixedClock()
     try:
-        backend, poller, advance = dcgm_bench.setup(path, "dcgm", start, warmup=0)
+        backend, poller, _ = dcgm_bench.setup(path, "dcgm", start, warmup=0)
         try:
             t = start
             while t <= end:

@@ -70,6 +70,7 @@ def test_device_activity_is_the_plain_sum_bit_for_bit(name):
                 assert repr(engine.telemetry.device_activity(key, t)) == repr(plain_device(engine, key, t)), (key, t)
 
 
+@pytest.mark.e2e  # six scenarios, 32-instant windows read twice: seconds
 @pytest.mark.parametrize("name", RAMPS)
 def test_mean_activity_is_the_plain_mean_bit_for_bit(name):
     """GPU windows and GPU-instance windows over the same instants, in either order, and windows
@@ -171,7 +172,7 @@ def test_value_writer_writes_the_bytes_the_attribute_path_writes(engine):
 def test_latest_values_answer_the_same_with_and_without_the_writer(engine, monkeypatch):
     """Whole calls: the same statuses, timestamps, values and blanks in the caller's array, with
     unwatched fields, unknown entities, GPU fields on GPU instances and profiling windows."""
-    sim, lib, handle = engine
+    sim, _, handle = engine
     agent, structs, fields = B.agent, B.structs, B.fields
     group = agent.dcgmGroupCreate(handle, structs.DCGM_GROUP_EMPTY, "g")
     entities = [(fields.DCGM_FE_GPU, 3), (fields.DCGM_FE_GPU, 1)]
@@ -234,6 +235,7 @@ def _answers(tmp_path, tick: bool) -> list:
     return answers
 
 
+@pytest.mark.e2e  # plays a30-mig-dcgm's faults through the DCGM backend twice
 def test_update_due_moves_the_sampling_out_of_the_read_and_changes_no_value(tmp_path, monkeypatch):
     """The engine thread's sampling at each instant (FakeDcgmLib.update_due, bench/dcgm_pairs.py
     --engine-thread) gives the reads the same bytes as sampling lazily in the read: through the

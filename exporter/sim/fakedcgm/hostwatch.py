@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 from ctypes import Structure, Union, sizeof
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 from exporter.sim.fakedcgm import fieldtable
 from exporter.sim.faults import call_matches
@@ -311,7 +311,7 @@ class _ValueWriter:
     _HEAD = struct.Struct("IIIHhi")  # version, entityGroupId, entityId, fieldId, fieldType, status
     _INT = struct.Struct("qq")  # ts, value.i64
     _DBL = struct.Struct("qd")  # ts, value.dbl
-    _layouts: dict = {}  # element type -> (size, offset of ts) or None when it is not the expected layout
+    _layouts: ClassVar[dict] = {}  # element type -> (size, offset of ts) or None when it is not the expected layout
 
     def __init__(self, values, size: int, ts_at: int):
         self.buffer = memoryview(values).cast("B")
