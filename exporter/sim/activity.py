@@ -43,6 +43,12 @@ class ActivityRows:
         self._sums: dict[tuple, dict] = {}  # ids of a sequence of kept rows -> the sums
 
     def device_activity(self, key: DeviceKey, t: float) -> dict[str, float]:
+        """Telemetry.device_activity: a dict of the caller's own."""
+        return dict(self.sums(key, t))
+
+    def sums(self, key: DeviceKey, t: float) -> dict[str, float]:
+        """The same values, read only: the kept dict itself where the rows were kept (one object
+        for every instant that sees the same rows, so a caller can tell them apart by id)."""
         rows, kept = [], True
         stretches = self._stretch
         for p in self.engine.alive(t, device=key):
@@ -62,7 +68,7 @@ class ActivityRows:
                 self._sums.clear()
             sums = self._sums[ident] = {pipe: min(1.0, sum([row[i] for row in rows]))
                                         for i, pipe in enumerate(ACTIVITY_FIELDS)}
-        return dict(sums)
+        return sums
 
     def _values(self, p: Proc, t: float) -> tuple:
         """Process ``p``'s value of each pipe at t, as process_activity gives it (p alive at t)."""

@@ -212,11 +212,27 @@ class Telemetry:
             return self.gpu_activity(gpu, hi) if key is None else self.device_activity(key, hi)
         points = [lo + (hi - lo) * (k + 0.5) / 32 for k in range(32)]
         past = self._activity_before_now
-        samples = [self.gpu_activity(gpu, t, past) for t in points] if key is None else [past(key, t) for t in points]
+        if key is not None:
+            samples = [past(key, t) for t in points]
+        else:
+            # The GPU's activity at an instant is a function of its MIG epoch and its devices'
+            # activities there: where an instant sees the same objects as an earlier one (the
+            # kept sums of the same rows), its GPU activity is that instant's, the same floats.
+            samples, seen = [], {}
+            for t in points:
+                ep = self.engine.epoch(gpu, t)
+                parts = (ep, *[past((gpu, inst.serial), t) for inst in ep.instances]) if ep.mig_enabled else (
+                    ep, past((gpu, 0), t))
+                ident = tuple([id(part) for part in parts])
+                got = seen.get(ident)
+                if got is None:
+                    got = seen[ident] = (parts, self.gpu_activity(gpu, t, past))  # parts held: their ids stay theirs
+                samples.append(got[1])
         return {pipe: sum([s[pipe] for s in samples]) / len(samples) for pipe in ACTIVITY_FIELDS}
 
     def _activity_before_now(self, key: DeviceKey, t: float) -> dict[str, float]:
-        """device_activity(key, t), kept for instants before now until now moves (read only).
+        """device_activity(key, t), read only (ActivityRows.sums), kept for instants before now
+        until now moves.
 
         A GPU's average and each of its GPU instances' averages over the same window ask the same
         32 instants of the same devices (a DCGM update of a MIG GPU and its instances; GPM next to
@@ -226,11 +242,11 @@ class Telemetry:
         instant now itself is not kept (a kill at now changes it)."""
         now = self.engine.now
         if t >= now:
-            return self.device_activity(key, t)
+            return self._rows.sums(key, t)
         if self._past_now != now:
             self._past_now, self._past = now, {}
         past = self._past
         got = past.get((key, t))
         if got is None:
-            got = past[(key, t)] = self.device_activity(key, t)
+            got = past[(key, t)] = self._rows.sums(key, t)
         return got
