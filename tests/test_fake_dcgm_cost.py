@@ -21,7 +21,7 @@ from dcgm_helpers import write_scenario
 from exporter.backend import dcgm_bindings
 from exporter.sim import Simulation, fakedcgm
 from exporter.sim.engine import Engine
-from exporter.sim.fakedcgm import hostwatch
+from exporter.sim.fakedcgm import hostwatch, valuewriter
 from exporter.sim.scenario import load_scenario
 from exporter.sim.telemetry import process_activity
 from exporter.snapshot import ACTIVITY_FIELDS
@@ -150,7 +150,7 @@ def test_value_writer_writes_the_bytes_the_attribute_path_writes(engine):
                (54, S(2.0, "GPU-abc")), (54, S(2.0)), (230, S(9.0, True))]
     kind = B.structs.c_dcgmFieldValue_v2
     fast, slow = _garbage(kind, len(samples)), _garbage(kind, len(samples))
-    writer = hostwatch._ValueWriter.of(fast)
+    writer = valuewriter.ValueWriter.of(fast)
     assert writer is not None
     took = []
     for n, (fid, sample) in enumerate(samples):
@@ -166,7 +166,7 @@ def test_value_writer_writes_the_bytes_the_attribute_path_writes(engine):
         assert bytes(fast[n]) == bytes(slow[n]), (fid, sample)
     # strings and integers ctypes would wrap take the attribute path; the rest is written straight
     assert took == [True] * 13 + [False, False, True, False, False, True]
-    assert hostwatch._ValueWriter.of(_garbage(B.structs.c_dcgmFieldValue_v1, 2)) is None  # another layout
+    assert valuewriter.ValueWriter.of(_garbage(B.structs.c_dcgmFieldValue_v1, 2)) is None  # another layout
 
 
 def test_latest_values_answer_the_same_with_and_without_the_writer(engine, monkeypatch):
@@ -190,7 +190,7 @@ def test_latest_values_answer_the_same_with_and_without_the_writer(engine, monke
         answers = []
         for use_writer in (True, False):
             if not use_writer:
-                monkeypatch.setattr(hostwatch._ValueWriter, "of", classmethod(lambda cls, values: None))
+                monkeypatch.setattr(valuewriter.ValueWriter, "of", classmethod(lambda cls, values: None))
             fast = agent.dcgmEntitiesGetLatestValues(handle, pairs, asked, 0)
             answers.append([(v.version, v.entityGroupId, v.entityId, v.fieldId, v.fieldType, v.status, v.ts,
                              repr(v.value.dbl) if v.fieldType == ord("d") else

@@ -14,7 +14,8 @@ watched field. The simulation has no engine thread: an entity's fields are updat
 they are read and at least half an update period has passed since its last update (or by
 ``dcgmUpdateAllFields``). Device fields are sampled at that instant; profiling fields are
 the mean over the time since the previous update (blank for the first, empty, window).
-Scenario faults: exporter/sim/fakedcgm/spec.py; field values: fieldtable.py; groups, watches
+Scenario faults: exporter/sim/fakedcgm/spec.py; field values: fieldtable.py (written into the
+caller's array: valuewriter.py); groups, watches
 and values: hostwatch.py.
 """
 
