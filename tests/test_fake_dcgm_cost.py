@@ -275,3 +275,23 @@ def test_update_due_samples_only_what_is_due(engine):
     sim.engine.advance_to(1.9)
     lib.update_due()
     assert state.updated[(1, 1)] == 1.0
+
+
+@pytest.mark.e2e  # runs the bench twice
+def test_engine_bench_times_the_engine_and_digests_the_same_answers_twice():
+    """bench/dcgm_engine.py --smoke: a digest of every engine answer that does not change from one
+    run to the next (boot time fixed, pid masked), and the engine's ms per poll."""
+    import re
+    import subprocess
+    import sys
+
+    runs = [subprocess.run([sys.executable, str(REPO / "bench" / "dcgm_engine.py"), "--smoke"], cwd=REPO,
+                           capture_output=True, text=True, timeout=300) for _ in range(2)]
+    for out in runs:
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert re.search(r"a100-40gb-two-3g@300s\s+host engine [\d.]+ ms \[IQR [\d.]+-[\d.]+\], 2\.0 calls a poll",
+                         out.stdout), out.stdout
+    digests = [re.search(r"a100-40gb-two-3g 0-30s every 3s: (\d+) engine calls, sha256 ([0-9a-f]{64})", out.stdout)
+               for out in runs]
+    assert all(digests) and int(digests[0][1]) > 10
+    assert digests[0][2] == digests[1][2]
