@@ -35,6 +35,8 @@ _KEPT_SUMS = 4096  # sums of row sequences kept; cleared when full (ramps: a new
 
 
 class ActivityRows:
+    """Telemetry's device activity for one engine (see the module's docstring)."""
+
     def __init__(self, engine: EngineView):
         self.engine = engine
         self._lines: dict[int, tuple] = {}  # id(process) -> (timelines or values per pipe, multi-point ones)
