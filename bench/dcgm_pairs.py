@@ -8,6 +8,8 @@
     python bench/dcgm_pairs.py --wash 6000             # experiment: the NVML side gets Python work in
                                                        # place of the host engine's (see Side)
     python bench/dcgm_pairs.py --same nvml --wash 6000 # the wash's cost alone: washed NVML side first
+    python bench/dcgm_pairs.py --engine-thread        # the host engine samples on its own schedule, outside
+                                                       # the exporter's poll, as AUTO mode's thread does (see Side)
 
 Why: bench/dcgm_bench.py measures each backend in its own run of polls, one after the other.
 On a shared 2-core machine a poll of about 1 ms moves by 2-3x from one run to the next (other
@@ -71,12 +73,22 @@ class Side:
     outside the measured CPU), so each side calls its own simulated host, its pointers cached
     as in a process of its own."""
 
-    def __init__(self, path: Path, kind: str, start_at: float, timers, wash: int = 0):
+    def __init__(self, path: Path, kind: str, start_at: float, timers, wash: int = 0, engine_thread: bool = False):
         """``wash``: an NVML side runs that much unrelated Python (``_wash``) right before its
         NVML backend's poll, where a DCGM side's host engine runs (the simulated host engine is
         Python in this process: 1.5-2 ms a poll between the DCGM read and NVML's); its CPU is taken
         out like the engine's. Whatever the NVML side's exporter CPU gains is what work of that
-        size before the reads costs the exporter's code after it (caches run cold)."""
+        size before the reads costs the exporter's code after it (caches run cold).
+
+        ``engine_thread``: the simulation advances before the poll (on both sides), and a DCGM side's
+        host engine then samples its watched fields (``FakeDcgmLib.update_due``), outside the
+        poll, as a real engine does: the
+        exporter starts its embedded engine in AUTO mode, where DCGM's own thread updates the
+        watched fields every period apart from the client's calls (nv-hostengine, standalone, is
+        another process altogether); the poll's read then copies the latest values. The
+        simulated engine otherwise samples lazily inside the read (the same values at the same
+        instant: the simulation has no engine thread), so its Python runs in the middle of the
+        exporter's poll. The sampling's CPU is reported apart (``engine_thread_ms``)."""
         import pynvml
 
         self.kind = kind
@@ -110,6 +122,21 @@ class Side:
                 timed_wash(wash)
                 return self._wash_poll()
             inner.poll = washed_poll
+        self.thread_span = _Span()
+        lib = getattr(self.backend, "dcgm_lib", None) if self.own_span is not None else None
+        if engine_thread:  # both sides: the simulation advances before the poll (its poll's advance is then a no-op)
+            step = self.advance
+            sample = self.thread_span.wrap(lib.update_due) if lib is not None else None
+
+            def advance_and_sample():
+                step()
+                self._advance_to(self.backend.virtual_time())
+                if sample is not None:
+                    before = self.thread_span.seconds
+                    sample()
+                    self.sampled += self.thread_span.seconds - before
+            self.advance = advance_and_sample
+        self.sampled = 0.0  # the host engine's sampling since the last poll (engine_thread)
         self.rows: list[dict] = []
         self.expositions: list[bytes] | None = None  # each poll's /metrics less self-timing lines (tests)
 
@@ -133,7 +160,8 @@ class Side:
             (time.process_time(), nvml.seconds, engine.seconds, self.sim_span.seconds,
              spans[0].seconds, spans[1].seconds, self.wash_span.seconds), marks))
         row = {"exporter": max(0.0, total - lib - eng - sim - wash), "fake_nvml": lib, "fake_dcgm": eng,
-               "dcgm_own": max(0.0, outer - inner - eng), "wash": wash}
+               "dcgm_own": max(0.0, outer - inner - eng), "wash": wash, "engine_thread": self.sampled}
+        self.sampled = 0.0
         self.rows.append(row)
         if self.expositions is not None:
             from dcgm_bytes import TIMING
@@ -166,7 +194,7 @@ def _wash(entries: int) -> int:
 
 
 def interleave(path: Path, start_at: float, pairs: int, kinds=("nvml", "dcgm"), keep: bool = False,
-               block: int = 60, wash: int = 0) -> dict:
+               block: int = 60, wash: int = 0, engine_thread: bool = False) -> dict:
     """``pairs`` pairs of polls of ``kinds[0]`` and ``kinds[1]`` on one scenario; per-pair ratios.
 
     Both sides are made afresh every ``block`` pairs, from ``start_at`` again: the measured
@@ -190,7 +218,8 @@ def interleave(path: Path, start_at: float, pairs: int, kinds=("nvml", "dcgm"), 
                 side.close()
             sides = []
             for i, kind in enumerate(kinds):  # the wash on the first side only (with --same nvml: A/B)
-                sides.append(Side(path, kind, start_at, (nvml_timer, engine_timer), wash if i == 0 else 0))
+                sides.append(Side(path, kind, start_at, (nvml_timer, engine_timer), wash if i == 0 else 0,
+                                  engine_thread))
                 if keep:
                     sides[-1].expositions = []
             base, other = sides
@@ -216,7 +245,8 @@ def interleave(path: Path, start_at: float, pairs: int, kinds=("nvml", "dcgm"), 
                         "fake_nvml_ms": 1000 * median(r["fake_nvml"] for r in side_rows),
                         "fake_dcgm_ms": 1000 * median(r["fake_dcgm"] for r in side_rows),
                         "dcgm_backend_own_ms": 1000 * median(r["dcgm_own"] for r in side_rows),
-                        "wash_ms": 1000 * median(r["wash"] for r in side_rows)}
+                        "wash_ms": 1000 * median(r["wash"] for r in side_rows),
+                        "engine_thread_ms": 1000 * median(r["engine_thread"] for r in side_rows)}
         if keep:
             out["sides"] = sides
         return out
@@ -239,7 +269,9 @@ def render(label: str, result: dict) -> str:
             f"host engine {a['fake_dcgm_ms']:.2f} / {b['fake_dcgm_ms']:.2f} ms"
             + (f"; DCGM backend's own work in the poll {b['dcgm_backend_own_ms']:.3f} ms" if b["backend"] == "dcgm" else "")
             + "".join(f"; {side['backend']} side's wash {side['wash_ms']:.2f} ms (taken out)"
-                      for side in (a, b) if side["wash_ms"]))
+                      for side in (a, b) if side["wash_ms"])
+            + "".join(f"; {side['backend']} side's host engine sampled apart {side['engine_thread_ms']:.2f} ms "
+                      f"(outside the poll)" for side in (a, b) if side.get("engine_thread_ms")))
 
 
 def main(argv=None) -> int:
@@ -256,6 +288,9 @@ def main(argv=None) -> int:
     parser.add_argument("--wash", type=int, default=0, metavar="ENTRIES",
                         help="experiment: an NVML side runs this much unrelated Python where a DCGM side's "
                              "host engine runs, its CPU taken out (see Side)")
+    parser.add_argument("--engine-thread", action="store_true",
+                        help="a DCGM side's host engine samples when the simulation advances, outside the poll, "
+                             "as AUTO mode's own thread does (see Side)")
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)
     scenarios = dcgm_bench.SCENARIOS
@@ -275,7 +310,8 @@ def main(argv=None) -> int:
     results = {}
     for label, path, start_at in cases:
         gc.collect()
-        results[label] = interleave(path, start_at, args.pairs, kinds, block=args.block, wash=args.wash)
+        results[label] = interleave(path, start_at, args.pairs, kinds, block=args.block, wash=args.wash,
+                                    engine_thread=args.engine_thread)
         print(render(label, results[label]), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({label: {k: v for k, v in result.items() if k != "sides"}

@@ -141,3 +141,23 @@ def test_wash_runs_on_the_nvml_side_only_is_taken_out_and_leaves_what_it_exports
     assert inner.poll != type(inner).poll.__get__(inner)  # washed while the side is open
     side.close()
     assert inner.poll == type(inner).poll.__get__(inner)  # closed: the backend's own poll again
+
+
+def test_engine_thread_samples_apart_and_leaves_what_each_side_exports():
+    """--engine-thread: the DCGM side's host engine samples when the simulation advances, outside
+    the poll (its CPU reported apart), the NVML side has none, and each side exports what it
+    exports with the engine sampling lazily inside the read."""
+    dcgm_bench, dcgm_bytes, dcgm_pairs = _bench_modules()
+    logging.disable(logging.WARNING)
+    try:
+        path = dcgm_bench.SCENARIOS / "a30-mig-dcgm.yaml"
+        apart = dcgm_pairs.interleave(path, 240.0, 4, keep=True, engine_thread=True)
+        plain = dcgm_pairs.interleave(path, 240.0, 4, keep=True)
+    finally:
+        logging.disable(logging.NOTSET)
+    nvml_side, dcgm_side = apart["sides"]
+    assert [row["engine_thread"] > 0 for row in dcgm_side.rows] == [True] * 4
+    assert [row["engine_thread"] for row in nvml_side.rows] == [0.0] * 4
+    assert apart["b"]["engine_thread_ms"] > 0 == plain["b"]["engine_thread_ms"]
+    for side, other in zip(apart["sides"], plain["sides"]):
+        assert side.expositions == other.expositions

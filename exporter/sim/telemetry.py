@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from exporter.sim.activity import ActivityRows
 from exporter.sim.piecewise import integral, integrate_clipped, slope_after, timeline_value, value_slope
 from exporter.sim.state import Proc
 from exporter.snapshot import ACTIVITY_FIELDS
@@ -56,33 +57,29 @@ class Telemetry:
 
     def __init__(self, engine: EngineView):
         self.engine = engine
+        # Device activity at instants before now, kept while now stays (see _activity_before_now).
+        self._past_now: float | None = None
+        self._past: dict = {}
+        self._rows = ActivityRows(engine)
 
     def device_activity(self, key: DeviceKey, t: float) -> dict[str, float]:
         """Per-pipe activity ratios of one device (GPU or MIG instance) at t."""
-        # A GPM average asks this at 32 instants per device: process_activity inlined (the processes
-        # are alive at t, so each one's value is its timeline's, 0 without one), the same sums.
-        activities = [p.activity for p in self.engine.alive(t, device=key)]
-        result = {}
-        for pipe in ACTIVITY_FIELDS:
-            fallback = "sm_active" if pipe == "graphics_active" else None
-            values = []
-            for activity in activities:
-                timeline = activity.get(pipe)
-                if timeline is None and fallback:
-                    timeline = activity.get(fallback)
-                values.append(timeline_value(timeline, t) if timeline else 0.0)
-            result[pipe] = min(1.0, sum(values))
-        return result
+        # A GPM or DCGM average asks this at 32 instants per device: the sums of process_activity
+        # over the device's processes, from rows kept while their timelines stay flat
+        # (exporter/sim/activity.py), the same floats.
+        return self._rows.device_activity(key, t)
 
-    def gpu_activity(self, gpu: int, t: float) -> dict[str, float]:
-        """Per-pipe activity ratios of the whole GPU at t (SM-weighted under MIG)."""
+    def gpu_activity(self, gpu: int, t: float, device=None) -> dict[str, float]:
+        """Per-pipe activity ratios of the whole GPU at t (SM-weighted under MIG). ``device``: what
+        reads a device's activity (device_activity unless the caller keeps them)."""
+        device = device or self.device_activity
         ep = self.engine.epoch(gpu, t)
         if not ep.mig_enabled:
-            return self.device_activity((gpu, 0), t)
+            return device((gpu, 0), t)
         total_sms = self.engine.models[gpu].sm_count
         result = dict.fromkeys(ACTIVITY_FIELDS, 0.0)
         for inst in ep.instances:
-            activity = self.device_activity((gpu, inst.serial), t)
+            activity = device((gpu, inst.serial), t)
             for pipe in ACTIVITY_FIELDS:
                 result[pipe] += activity[pipe] * inst.profile.sm_count / total_sms
         return result
@@ -211,10 +208,45 @@ class Telemetry:
         """Average activity over [t1, t2] of a device (key) or the GPU (key None), as GPM
         reports between two samples: the mean of 32 midpoint evaluations."""
         lo, hi = min(t1, t2), max(t1, t2)
-        read = (lambda t: self.gpu_activity(gpu, t)) if key is None else (
-            lambda t: self.device_activity(key, t))
         if hi == lo:
-            return read(hi)
+            return self.gpu_activity(gpu, hi) if key is None else self.device_activity(key, hi)
         points = [lo + (hi - lo) * (k + 0.5) / 32 for k in range(32)]
-        samples = [read(t) for t in points]
-        return {pipe: sum(s[pipe] for s in samples) / len(samples) for pipe in ACTIVITY_FIELDS}
+        past = self._activity_before_now
+        if key is not None:
+            samples = [past(key, t) for t in points]
+        else:
+            # The GPU's activity at an instant is a function of its MIG epoch and its devices'
+            # activities there: where an instant sees the same objects as an earlier one (the
+            # kept sums of the same rows), its GPU activity is that instant's, the same floats.
+            samples, seen = [], {}
+            for t in points:
+                ep = self.engine.epoch(gpu, t)
+                parts = (ep, *[past((gpu, inst.serial), t) for inst in ep.instances]) if ep.mig_enabled else (
+                    ep, past((gpu, 0), t))
+                ident = tuple([id(part) for part in parts])
+                got = seen.get(ident)
+                if got is None:
+                    got = seen[ident] = (parts, self.gpu_activity(gpu, t, past))  # parts held: their ids stay theirs
+                samples.append(got[1])
+        return {pipe: sum([s[pipe] for s in samples]) / len(samples) for pipe in ACTIVITY_FIELDS}
+
+    def _activity_before_now(self, key: DeviceKey, t: float) -> dict[str, float]:
+        """device_activity(key, t), read only (ActivityRows.sums), kept for instants before now
+        until now moves.
+
+        A GPU's average and each of its GPU instances' averages over the same window ask the same
+        32 instants of the same devices (a DCGM update of a MIG GPU and its instances; GPM next to
+        it): each is computed once. The activity at an instant before now never changes: the
+        processes, their timelines and the MIG epochs are fixed when the engine is built, and a
+        kill happens at now, so it sets killed_at to an instant later than every earlier one. The
+        instant now itself is not kept (a kill at now changes it)."""
+        now = self.engine.now
+        if t >= now:
+            return self._rows.sums(key, t)
+        if self._past_now != now:
+            self._past_now, self._past = now, {}
+        past = self._past
+        got = past.get((key, t))
+        if got is None:
+            got = past[(key, t)] = self._rows.sums(key, t)
+        return got

@@ -14,7 +14,8 @@ watched field. The simulation has no engine thread: an entity's fields are updat
 they are read and at least half an update period has passed since its last update (or by
 ``dcgmUpdateAllFields``). Device fields are sampled at that instant; profiling fields are
 the mean over the time since the previous update (blank for the first, empty, window).
-Scenario faults: exporter/sim/fakedcgm/spec.py; field values: fieldtable.py; groups, watches
+Scenario faults: exporter/sim/fakedcgm/spec.py; field values: fieldtable.py (written into the
+caller's array: valuewriter.py); groups, watches
 and values: hostwatch.py.
 """
 
@@ -112,6 +113,12 @@ class FakeDcgmLib:
             self.call_counts[name] += 1
             return method(*args)
 
+    def update_due(self) -> None:
+        """The host engine's update thread at this instant (hostwatch.WatchCalls.update_due); a
+        simulator hook, not a C symbol, so it is not counted as a call."""
+        with self.sim._lock:
+            self._impl.update_due()
+
 
 class HostEngine(WatchCalls):
     """The C API's implementation: handles, engines, discovery (values: hostwatch.WatchCalls)."""
@@ -123,6 +130,8 @@ class HostEngine(WatchCalls):
         self._handle_ids = itertools.count(0x1000)
         self._standalone: _Engine | None = None
         self._unsupported = frozenset(spec.unsupported_fields)
+        self._gpm: dict[int, bool] = {}  # GPU index -> its model has GPM (_gpu_has_gpm)
+        self._supported: dict[int, tuple[int, ...]] = {}  # GPU index -> _profiling_supported
         self._rows = None  # (epochs, hierarchy rows, (entity group, id) -> (gpu, instance))
         order = spec.gpu_ids or tuple(sorted(sim.engine.gpus))
         self._gpu_of_id = dict(zip(order, sorted(sim.engine.gpus)))
@@ -310,7 +319,18 @@ class HostEngine(WatchCalls):
         return None
 
     def _gpu_has_gpm(self, gpu: int) -> bool:
-        return self.sim.engine.models[gpu].gpm_supported
+        has = self._gpm.get(gpu)
+        if has is None:  # a GPU's model is fixed for the simulation's life
+            has = self._gpm[gpu] = self.sim.engine.models[gpu].gpm_supported
+        return has
+
+    def _profiling_supported(self, gpu: int) -> tuple[int, ...]:
+        """fieldtable.profiling_supported for ``gpu``: its model and the scenario's unsupported
+        fields are fixed for the simulation's life, so it is worked out once per GPU."""
+        supported = self._supported.get(gpu)
+        if supported is None:
+            supported = self._supported[gpu] = fieldtable.profiling_supported(self.sim, gpu, self._unsupported)
+        return supported
 
     def dcgmProfGetSupportedMetricGroups(self, handle, ref):
         engine = self._engine(handle)
@@ -322,7 +342,7 @@ class HostEngine(WatchCalls):
             return BADPARAM
         if self._fault("profiling_module_missing"):
             return MODULE_NOT_LOADED  # the request is served by the profiling module
-        supported = fieldtable.profiling_supported(self.sim, gpu, self._unsupported)
+        supported = self._profiling_supported(gpu)
         if not supported:
             return PROFILING_NOT_SUPPORTED
         group = msg.metricGroups[0]

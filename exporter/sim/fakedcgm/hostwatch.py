@@ -6,10 +6,13 @@ and faults). See that module for the update model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from exporter.sim.fakedcgm import fieldtable
-from exporter.sim.fakelib import call_matches
+from exporter.sim.fakedcgm.valuewriter import FP64_BLANK as _FP64_BLANK
+from exporter.sim.fakedcgm.valuewriter import INT64_BLANK as _INT64_BLANK
+from exporter.sim.fakedcgm.valuewriter import ValueWriter
+from exporter.sim.faults import call_matches
 
 OK, BADPARAM, NOT_SUPPORTED, NVML_ERROR, UNKNOWN_FIELD = 0, -1, -6, -8, -13
 NO_DATA_STATUS, NOT_WATCHED, GPU_IS_LOST, DUPLICATE_KEY = -14, -16, -18, -26
@@ -17,13 +20,12 @@ MODULE_NOT_LOADED, PROFILING_LIBRARY_ERROR, INSTANCE_NOT_FOUND = -33, -37, -45
 FE_GPU = 1
 # Blank sentinels (dcgmvalue): the type's BLANK plus an offset.
 NO_DATA, NOT_FOUND, NOT_SUPPORTED_BLANK = 0, 1, 2
-_INT64_BLANK, _FP64_BLANK = 0x7FFFFFFFFFFFFFF0, 140737488355328.0
 _STR_BLANKS = ("<<<NULL>>>", "<<<NOT_FOUND>>>", "<<<NOT_SUPPORTED>>>")
 
 
-@dataclass(frozen=True)
-class Sample:
-    """The latest value of one (entity, field) in an engine's cache."""
+class Sample(NamedTuple):
+    """The latest value of one (entity, field) in an engine's cache (a tuple: an engine makes
+    one per watched field and update)."""
 
     t: float | None  # virtual time it was taken; None: never
     value: object = None  # None: blank
@@ -131,7 +133,7 @@ class WatchCalls:
                 return MODULE_NOT_LOADED
             if self._fault("profiling_lock"):
                 return PROFILING_LIBRARY_ERROR
-        supported = fieldtable.profiling_supported(self.sim, gpu, self._unsupported)
+        supported = self._profiling_supported(gpu)
         return OK if all(f in supported for f in profiling) else NOT_SUPPORTED
 
     def dcgmUnwatchFields(self, handle, group_id, field_group_id):
@@ -149,6 +151,22 @@ class WatchCalls:
             self._update(engine, entity, force=True)
         return OK
 
+    def update_due(self) -> None:
+        """What a host engine's own update thread does at this instant (AUTO mode, nv-hostengine):
+        sample every watched entity whose update is due. Not a C symbol. The simulation has no
+        engine thread: reads sample lazily, at the same instant and by the same rule (_update), so
+        calling this before a read gives the same values and only moves the sampling out of the
+        read, as a real engine does it apart from its clients' calls (bench/dcgm_pairs.py
+        --engine-thread). Engines that cannot run now (down, restarted, swapped) are left alone."""
+        engines = {}
+        for handle_id in list(self._handles):
+            engine = self._engine(handle_id)
+            if not isinstance(engine, int):
+                engines[id(engine)] = engine
+        for engine in engines.values():
+            for entity in sorted({e for group_id, _ in engine.watches for e in engine.groups[group_id][1]}):
+                self._update(engine, entity, force=False)
+
     # -- updates ----------------------------------------------------------------------------------
 
     def _watched(self, engine, entity: tuple[int, int]) -> tuple[set[int], float | None]:
@@ -161,9 +179,10 @@ class WatchCalls:
                 period = seconds if period is None else min(period, seconds)
         return fields, period
 
-    def _update(self, engine, entity: tuple[int, int], force: bool) -> None:
-        """Sample every watched field of ``entity`` if an update is due (see hostengine)."""
-        fields, period = self._watched(engine, entity)
+    def _update(self, engine, entity: tuple[int, int], force: bool, watched=None) -> None:
+        """Sample every watched field of ``entity`` if an update is due (see hostengine).
+        ``watched``: ``_watched(engine, entity)`` when the caller has it already."""
+        fields, period = watched or self._watched(engine, entity)
         resolved = self._resolve(engine, *entity)
         now, last = self.now, engine.updated.get(entity)
         if not fields or resolved is None or not (force or last is None or now - last >= 0.5 * period):
@@ -172,41 +191,50 @@ class WatchCalls:
         window = None
         if last is not None and now > last and any(f in fieldtable.PROFILING for f in fields):
             window = fieldtable.profiling_window(self.sim, gpu, inst, last, now)
+        # What every field of this update shares: the scenario's NVML faults on this GPU now, and
+        # whether DCGM can profile it now (looked up once per update, not once per field).
+        faults = [f for f in self.sim.engine.faults if f.active(now) and f.gpu in (None, gpu)]
+        gpm = self._gpu_has_gpm(gpu)
+        blanked = not gpm and (self._fault("profiling_lock") or self._fault("profiling_module_missing"))
+        supported = self._profiling_supported(gpu)
+        samples = engine.samples
         for fid in fields:
             key = (*entity, fid)
-            engine.samples[key] = self._sample(fid, gpu, inst, window, engine.samples.get(key, EMPTY))
+            samples[key] = self._sample(fid, gpu, inst, window, samples.get(key, EMPTY), faults, gpm, blanked,
+                                        supported)
         engine.updated[entity] = now
 
-    def _sample(self, fid: int, gpu: int, inst, window, previous: Sample) -> Sample:
+    def _sample(self, fid: int, gpu: int, inst, window, previous: Sample, faults, gpm: bool, blanked: bool,
+                supported) -> Sample:
         fd, now = fieldtable.FIELDS[fid], self.now
         if inst is not None and fd.level == fieldtable.GPU:
             # A GPU-level field asked on a GPU instance is remapped to the parent GPU: the
             # device's value, repeated per instance (DcgmCacheManager.cpp "DCGM_FE_GPU_I or
             # DCGM_FE_GPU_CI - remap to parent GPU", shared/reference/nvml_facts.md).
             inst = None
-        failed = self._nvml_fault(fid, gpu)
-        if failed is not None:
-            return failed
+        if faults:
+            failed = self._nvml_fault(fid, faults, gpm)
+            if failed is not None:
+                return failed
         if fid not in fieldtable.PROFILING:
             value = fd.read(self.sim, gpu, inst, now)
             return Sample(now, value, NOT_SUPPORTED_BLANK if value is None else NO_DATA)
-        if fid not in fieldtable.profiling_supported(self.sim, gpu, self._unsupported):
+        if fid not in supported:
             return Sample(now, blank=NOT_SUPPORTED_BLANK)
-        if not self._gpu_has_gpm(gpu) and (self._fault("profiling_lock") or self._fault("profiling_module_missing")):
+        if blanked:
             return Sample(now)  # DCGM stores blanks while it cannot profile
         if window is None:  # no interval to average over yet
             return previous if previous.t is not None else Sample(now)
         return Sample(now, window[fid])
 
-    def _nvml_fault(self, fid: int, gpu: int) -> Sample | None:
-        """A blank with an error status when the NVML call DCGM makes for ``fid`` fails now."""
-        fd, now = fieldtable.FIELDS[fid], self.now
-        symbol = fd.nvml
-        if fid in fieldtable.PROFILING and self._gpu_has_gpm(gpu):
+    def _nvml_fault(self, fid: int, faults: list, gpm: bool) -> Sample | None:
+        """A blank with an error status when the NVML call DCGM makes for ``fid`` fails now;
+        ``faults``: the scenario's fault windows active now on this GPU (or on every GPU)."""
+        now = self.now
+        symbol = fieldtable.FIELDS[fid].nvml
+        if fid in fieldtable.PROFILING and gpm:
             symbol = "nvmlGpmSampleGet"
-        for fault in self.sim.engine.faults:
-            if not fault.active(now) or fault.gpu not in (None, gpu):
-                continue
+        for fault in faults:
             if fault.call == "*" or (symbol is not None and call_matches(fault.call, symbol)):
                 if fault.error == "NotSupported":
                     return Sample(now, blank=NOT_SUPPORTED_BLANK)
@@ -216,12 +244,12 @@ class WatchCalls:
 
     # -- latest values ----------------------------------------------------------------------------
 
-    def _lookup(self, engine, eg: int, eid: int, fid: int) -> Sample:
+    def _lookup(self, engine, eg: int, eid: int, fid: int, watched_fields=None) -> Sample:
         if fid not in fieldtable.FIELDS:
             return Sample(None, status=UNKNOWN_FIELD)
         if self._resolve(engine, eg, eid) is None:
             return Sample(None, status=BADPARAM if eg == FE_GPU else INSTANCE_NOT_FOUND)
-        if fid not in self._watched(engine, (eg, eid))[0]:
+        if fid not in (self._watched(engine, (eg, eid))[0] if watched_fields is None else watched_fields):
             return Sample(None, status=NOT_WATCHED)
         return engine.samples.get((eg, eid, fid), EMPTY)
 
@@ -243,13 +271,19 @@ class WatchCalls:
             return engine
         entities = [(pairs[n].entityGroupId, pairs[n].entityId) for n in range(_value(count))]
         fids = [int(field_ids[n]) for n in range(_value(field_count))]
-        for entity in dict.fromkeys(entities):
-            self._update(engine, entity, force=bool(_value(flags) & 1))  # DCGM_FV_FLAG_LIVE_DATA
+        watched = {entity: self._watched(engine, entity) for entity in dict.fromkeys(entities)}
+        for entity, fields in watched.items():
+            self._update(engine, entity, force=bool(_value(flags) & 1), watched=fields)  # DCGM_FV_FLAG_LIVE_DATA
+        writer = ValueWriter.of(values)
+        boot = self.sim.boot_time
         for n, (eg, eid) in enumerate(entities):
+            fields = watched[(eg, eid)][0]
             for m, fid in enumerate(fids):
-                out = values[n * len(fids) + m]
-                out.version, out.entityGroupId, out.entityId = (2 << 24) | 0, eg, eid
-                self._fill(out, self._lookup(engine, eg, eid, fid), fid)
+                sample = self._lookup(engine, eg, eid, fid, fields)
+                if writer is None or not writer.write(n * len(fids) + m, eg, eid, fid, sample, boot):
+                    out = values[n * len(fids) + m]
+                    out.version, out.entityGroupId, out.entityId = (2 << 24) | 0, eg, eid
+                    self._fill(out, sample, fid)
         return OK
 
     def dcgmEntityGetLatestValues(self, handle, eg, eid, field_ids, field_count, values):
@@ -263,3 +297,4 @@ class WatchCalls:
             out.version = 1 << 24
             self._fill(out, self._lookup(engine, *entity, int(field_ids[m])), int(field_ids[m]))
         return OK
+
