@@ -3,6 +3,7 @@
     python3 bench/foresight_replay.py record --corpus 3 --seed 1 --episodes 40 --jobs 2 --out c3s1.pkl.gz
     python3 bench/foresight_replay.py replay c3s1.pkl.gz [...]          # shipped confidence and rules
     python3 bench/foresight_replay.py misses c3s1.pkl.gz [...]          # why each learned critical miss missed
+    python3 bench/foresight_replay.py false c3s1.pkl.gz [...]           # what each false critical page rested on
 
 `record` plays every episode through the same pipeline as bench/foresight_accuracy.py (simulator,
 NVML backend, Foresight) and keeps, for every poll whose forecast predicts contention on the test
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
+import math
 import multiprocessing
 import pickle
 import sys
@@ -240,14 +242,46 @@ def misses(doc: dict, results: list[dict], window: float = 900.0) -> None:
                 if not (k - window <= t <= k):
                     continue
                 for row, raw, held in rows:
-                    if row["headroom"] >= 0:
-                        continue
-                    c = components(row)
-                    print(f"  +{t - t0:6.0f} eta {row['eta']!s:>6} raw {raw} held {held} "
-                          + ("" if c is None else f"g {c['grounded']} clears {c['clears']} timing {c['timing']} "
-                             f"over {c['over_gib']}GiB ({c.get('overflow_share')}) ungr {c.get('ungrounded_growth_gib')} "
-                             f"held {c.get('held_gib')} over_s {c.get('over_s')} drift {c.get('drift_s')} "
-                             f"procs {c['procs']}"))
+                    if row["headroom"] < 0:
+                        print(_poll_line(t, t0, row, raw, held))
+
+
+def _poll_line(t: float, t0: float, row, raw, held) -> str:
+    c = components(row)
+    return (f"  +{t - t0:6.0f} eta {row['eta']!s:>6} raw {raw} held {held} "
+            + ("" if c is None else f"g {c['grounded']} clears {c['clears']} timing {c['timing']} "
+               f"over {c['over_gib']}GiB ({c.get('overflow_share')}) ungr {c.get('ungrounded_growth_gib')} "
+               f"held {c.get('held_gib')} over_s {c.get('over_s')} drift {c.get('drift_s')} procs {c['procs']}"))
+
+
+def false_pages(doc: dict, results: list[dict], before: float = 120.0) -> list[dict]:
+    """Every false critical page of a run: its episode, classes, interval (s from the test start), the kills
+    of the episode, and the polls from ``before`` seconds ahead of it to its end that predicted contention,
+    each as (t, row, raw, held)."""
+    corpus = fa.CORPORA[doc["corpus"]].make_corpus(doc["seed"], doc["episodes"])
+    pages = []
+    for rec, ep, res in zip(doc["records"], corpus, results):
+        t0 = ep.test_start
+        for alert in res["tiers"]["critical"]["alerts"]:
+            if alert["true"]:
+                continue
+            start, end = t0 + alert["start"], math.inf if alert["end"] is None else t0 + alert["end"]
+            polls = [(t, row, raw, held) for t, rows in res["per_poll"] if start - before <= t <= end
+                     for row, raw, held in rows if row["headroom"] < 0]
+            pages.append({"corpus": doc["corpus"], "seed": doc["seed"], "episode": ep.index, "device": res["device"],
+                          "classes": res["classes"], "start": alert["start"], "end": alert["end"],
+                          "kills": [round(k - t0, 1) for k in rec["kills"]], "t0": t0, "polls": polls})
+    return pages
+
+
+def print_false(doc: dict, results: list[dict]) -> None:
+    """Print every false critical page with the polls before and during it: ETA, raw and held confidence and
+    its factors (as `misses` does for misses)."""
+    for page in false_pages(doc, results):
+        print(f"\n### corpus {page['corpus']} seed {page['seed']} ep {page['episode']} {page['device']} "
+              f"{page['classes']} false page +{page['start']:.0f}..{page['end']} kills {page['kills']}")
+        for t, row, raw, held in page["polls"]:
+            print(_poll_line(t, page["t0"], row, raw, held))
 
 
 def main(argv=None) -> int:
@@ -264,9 +298,12 @@ def main(argv=None) -> int:
     rep.add_argument("files", nargs="+")
     mis = sub.add_parser("misses")
     mis.add_argument("files", nargs="+")
+    fal = sub.add_parser("false")
+    fal.add_argument("files", nargs="+")
     args = parser.parse_args(argv)
     if args.cmd == "record":
         return record(args)
+    every: list[dict] = []
     for path in args.files:
         try:
             doc = load(path)
@@ -275,8 +312,14 @@ def main(argv=None) -> int:
             return 2
         if args.cmd == "misses":
             misses(doc, replay(doc, trace_rows=True))
+        elif args.cmd == "false":
+            print_false(doc, replay(doc, trace_rows=True))
         else:
-            print(line(f"corpus {doc['corpus']} seed {doc['seed']}", summary(replay(doc))))
+            results = replay(doc)
+            every.extend(results)
+            print(line(f"corpus {doc['corpus']} seed {doc['seed']}", summary(results)))
+    if len(args.files) > 1 and args.cmd == "replay":  # the figures of all runs together
+        print(line(f"all {len(args.files)} runs", summary(every)))
     return 0
 
 
