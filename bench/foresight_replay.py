@@ -47,8 +47,14 @@ def _record_episode(episode, interval: float, corpus: int) -> dict:
         seen[id(forecast)] = (tuple(states), forecast, grace)
         return original(states, forecast, grace)
 
-    original = fstate.contention_confidence
-    fstate.contention_confidence = capture
+    noticed: list = []  # devices (gi) of GPU 0 whose held confidence a kill noticed this poll ended
+
+    def kill_noticed(hold, now):  # state.py passes the device's own hold: find which device it is
+        noticed.extend(gi for (uuid, gi), h in foresight._confidence.items() if uuid == gpu0_uuid and h is hold)
+        return original_kill(hold, now)
+
+    original, original_kill = fstate.contention_confidence, fstate.after_kill
+    fstate.contention_confidence, fstate.after_kill = capture, kill_noticed
     backend = SimBackend(fa.CORPORA[corpus].to_scenario(episode))
     backend.open()
     foresight = Foresight()
@@ -59,8 +65,10 @@ def _record_episode(episode, interval: float, corpus: int) -> dict:
             backend.step_to(t)
             snapshot = backend.poll()
             seen.clear()
-            foresight.observe(snapshot)
+            noticed.clear()
             gpu = next(g for g in snapshot.gpus if g.index == 0)
+            gpu0_uuid = gpu.uuid
+            foresight.observe(snapshot)
             rows = []
             for r in foresight.result().devices:
                 if r.gpu != 0 or r.forecast.headroom_bytes is None:
@@ -73,13 +81,13 @@ def _record_episode(episode, interval: float, corpus: int) -> dict:
                              "capacity": r.forecast.capacity_bytes, "confidence": r.confidence,
                              "states": states if contended else None, "forecast": forecast if contended else None,
                              "grace": grace})
-            polls.append((t, t >= episode.test_start, rows))
+            polls.append((t, t >= episode.test_start, rows, tuple(noticed)))
             t += interval
         kills = sorted(e.time for e in backend.sim.oom_events
                        if e.reason == "oom" and e.gpu == 0 and e.time >= episode.test_start)
     finally:
         backend.close()
-        fstate.contention_confidence = original
+        fstate.contention_confidence, fstate.after_kill = original, original_kill
     return {"index": episode.index, "polls": polls, "kills": kills}
 
 
@@ -131,7 +139,8 @@ def replay_episode(rec: dict, episode, rules: dict, confidence_fn=None, trace_ro
     alerts = {tier: [fa._Alert(rule) for rule in tier_rules] for tier, tier_rules in rules.items()}
     trace = []  # (t, headroom) per test poll, as the bench keeps it
     per_poll = []
-    for t, test, rows in rec["polls"]:
+    before = None
+    for t, test, rows, *noticed in rec["polls"]:
         scored_rows = []
         for row in rows:
             raw = raw_confidence(row, confidence_fn)
@@ -139,6 +148,9 @@ def replay_episode(rec: dict, episode, rules: dict, confidence_fn=None, trace_ro
             held, holds[row["gi"]] = conf.hold_confidence(raw, holds.get(row["gi"]), t, overflow, row["capacity"],
                                                           OUTCOME_GRACE)
             scored_rows.append((row, raw, held))
+        for gi in _kills_noticed(noticed, holds, rec["kills"], before, t):
+            holds[gi] = conf.after_kill(holds.get(gi), t)
+        before = t
         if not test:
             continue
         headroom = min((r["headroom"] for r, _, _ in scored_rows), default=None)
@@ -157,6 +169,15 @@ def replay_episode(rec: dict, episode, rules: dict, confidence_fn=None, trace_ro
     if trace_rows:
         result["per_poll"] = per_poll
     return result
+
+
+def _kills_noticed(noticed: list, holds: dict, kills: list[float], before: float | None, now: float):
+    """The devices whose held confidence the poll at ``now`` ended by noticing a kill (confidence.after_kill):
+    as recorded; a recording made before the record kept them: every device, at the first poll after a
+    simulated kill on the GPU (the exporter notices a killed run at the poll after it vanished)."""
+    if noticed:
+        return noticed[0]
+    return list(holds) if before is not None and any(before < k < now for k in kills) else []
 
 
 def _holds(rule, row, held) -> bool:

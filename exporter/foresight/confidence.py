@@ -194,6 +194,20 @@ class ConfidenceHold:
     cleared_over: int = 0  # ... and its paged_over
 
 
+def after_kill(hold: ConfidenceHold | None, now: float) -> ConfidenceHold | None:
+    """What a device's confidence remembers once the poll at ``now`` noticed a (suspected) OOM kill on it.
+
+    The collision its contention was held for has happened. If that contention is no longer predicted
+    at this poll, it has ended with the kill: its held confidence is dropped, so a contention predicted
+    again soon after (within the gap hold_confidence bridges) starts from its own confidence, not the
+    one held for the collision that happened. Neither is it held down as a repeat: a contention after a
+    kill is as often the restarted job meeting the survivors again (docs/foresight.md, seventh round).
+    A contention still predicted at the kill's poll goes on as it was (a page stays up through a kill)."""
+    if hold is None or hold.seen >= now:
+        return hold
+    return replace(hold, held=0.0, paged_over=0)
+
+
 def hold_confidence(raw: float | None, hold: ConfidenceHold | None, now: float, overflow: int,
                     capacity: int | None, grace: float) -> tuple[float | None, ConfidenceHold | None]:
     """The confidence a device exports this poll, and what it remembers for the next.

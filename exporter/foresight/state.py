@@ -17,7 +17,7 @@ from typing import Sequence
 
 from exporter.foresight.basis import workload_of
 from exporter.foresight.calibration import OutcomeLearner
-from exporter.foresight.confidence import ConfidenceHold, contention_confidence, hold_confidence
+from exporter.foresight.confidence import ConfidenceHold, after_kill, contention_confidence, hold_confidence
 from exporter.foresight.exhaustion import TrendWindow
 from exporter.foresight.forecast import forecast_device
 from exporter.foresight.outcome import FULL_FRACTION, OUTCOME_GRACE, Outcomes
@@ -317,6 +317,9 @@ class Foresight:
                 warned = self.outcomes.warning_up((uuid, gi))
                 early = live.ends_at is not None and now < live.ends_at
                 self.outcomes.vanished((uuid, gi), full or (warned and early), warned, now)
+                if (killed or full or (warned and early)) and (uuid, gi) in self._confidence:
+                    # its collision happened: a contention no longer predicted ends (confidence.after_kill)
+                    self._confidence[(uuid, gi)] = after_kill(self._confidence[(uuid, gi)], now)
                 self.learner.run_ended(live, (uuid, gi), workload_of(live.run.key),
                                        truncated or (warned and early), warned, now)
                 old = self.profiles.get(live.run.key)
