@@ -9,6 +9,7 @@ from exporter.foresight.confidence import (
     CRITICAL_CONFIDENCE,
     HOLD_DOWN_SECONDS,
     SINGLE_RUN,
+    after_kill,
     contention_confidence,
     grounding,
     hold_confidence,
@@ -16,7 +17,7 @@ from exporter.foresight.confidence import (
 )
 from exporter.foresight.forecast import ProcessState, forecast_device
 from exporter.foresight.profiles import RunRecorder, WorkloadProfile, learn_run, learn_running
-from foresight_scenarios import WAN_DURATION, Job, learn_solo_run, replay
+from foresight_scenarios import WAN_DURATION, Job, learn_solo_run, mps_gpu_snapshot, replay
 
 GiB = 2**30
 
@@ -283,3 +284,52 @@ def test_a_server_that_gave_memory_back_is_not_counted_on_to_hold_its_high():
     waves = confidences_beside(load_waves)
     assert steady and waves, "both predict the overflow (the warning tier)"
     assert max(steady) >= CRITICAL_CONFIDENCE > max(waves)
+
+
+def test_a_kill_ends_the_held_confidence_of_a_contention_no_longer_predicted():
+    """The collision a contention was held for happened: at the poll that notices the kill, a contention
+    no longer predicted drops what it held, so one predicted again within the bridged gap starts from its
+    own confidence; one still predicted at that poll keeps its page (docs/foresight.md, seventh round)."""
+    capacity, grace = 40 * GiB, 60.0
+    _, hold = hold_confidence(0.97, None, 0.0, 2 * GiB, capacity, grace)
+    _, gone = hold_confidence(None, hold, 5.0, 0, capacity, grace)  # the kill's poll: no contention now
+    bridged, _ = hold_confidence(0.1, gone, 45.0, 1 * GiB, capacity, grace)
+    assert bridged == 0.97, "without a kill a gap under the grace is bridged"
+    after, _ = hold_confidence(0.1, after_kill(gone, 5.0), 45.0, 1 * GiB, capacity, grace)
+    assert after == 0.1
+    again, _ = hold_confidence(0.9, after_kill(gone, 5.0), 45.0, 2 * GiB, capacity, grace)
+    assert again == 0.9, "nor is a contention after a kill held down as a repeat"
+    _, still = hold_confidence(0.5, hold, 5.0, 2 * GiB, capacity, grace)  # predicted at the kill's poll
+    assert after_kill(still, 5.0) == still
+    assert after_kill(None, 5.0) is None
+
+
+def test_after_an_oom_kill_a_new_contention_is_not_paged_on_the_held_confidence():
+    """Three Wan jobs learned once collide at their final spike (well grounded, held at 0.9); one is
+    killed and the survivors fit. 10 s later a job that only declares its size (growth that says how much,
+    never when: confidence 0) makes the device overflow again: its forecast is exported at its own 0, not
+    at the 0.9 held for the collision that already happened, which would page."""
+    foresight = Foresight()
+    t = learn_solo_run(foresight, 1_000_000.0)
+    jobs = [Job(pid=300 + i, start=t + 10.0) for i in range(3)]
+    kill_at = t + 10.0 + WAN_DURATION - 28.0  # 2 s into the 33 GiB spike
+    paged = [r.devices[0].confidence for _, r in replay(foresight, jobs, t, kill_at - 5.0)
+             if r.devices and r.devices[0].confidence is not None]
+    assert paged and paged[-1] >= CRITICAL_CONFIDENCE
+    survivors = jobs[:2]
+    foresight.observe(mps_gpu_snapshot(kill_at + 3.0, survivors, oom_kills=1), now=kill_at + 3.0)
+    assert foresight.result().devices[0].confidence is None  # the survivors fit: no contention
+
+    declared = Job(pid=400, start=kill_at + 8.0, duration=600.0, memory=lambda age: 5 * GiB,
+                   cmdline="python3 serve.py --model big")
+    environ = {"GPUSHARE_EXPECTED_PEAK": "40GiB"}
+
+    def with_declaration(now, alive):
+        snapshot = mps_gpu_snapshot(now, alive, oom_kills=1)
+        (gpu,) = snapshot.gpus
+        procs = tuple(replace(p, environ=environ) if p.pid == 400 else p for p in gpu.processes)
+        return replace(snapshot, gpus=(replace(gpu, processes=procs),))
+
+    foresight.observe(with_declaration(kill_at + 13.0, survivors + [declared]), now=kill_at + 13.0)
+    (row,) = foresight.result().devices
+    assert row.forecast.headroom_bytes < 0 and row.confidence == 0.0
