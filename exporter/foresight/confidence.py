@@ -28,6 +28,8 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from exporter.foresight.progress import is_clock
+from exporter.foresight.demand import curve_value
+from exporter.foresight.forecast import MATCH_TOLERANCE
 from exporter.foresight.forecast import HORIZON_SECONDS, DeviceForecast, ProcessState, demand_profile, process_curve
 
 GROUNDING = {"learned": 1.0, "scaled": 0.6, "declared": 0.6, "trend": 0.4, "current": 1.0}
@@ -102,6 +104,27 @@ def _changes(state: ProcessState, until: float, grace: float) -> bool:
     return any(0.0 < tau <= until for tau, _ in steps[1:]) or (end is not None and end <= until)
 
 
+def late_growth(state: ProcessState, grace: float = 0.0) -> int:
+    """Bytes a learned (or scaled) run's curve says it holds already, in the step it is in now, above what
+    it holds, when that step is more than MATCH_TOLERANCE times what it holds; else 0.
+
+    Such a run is late for its rise: a notebook's next cell, a server's next model, a phase that comes
+    when it comes. Its position (progress) says it should be there by now, and the forecast holds it at
+    that level from now on, but how late it will be is not in its profile: like a declared size, this
+    growth says how much, not when. A run a little below its step (runs differ by a few percent: the same
+    tolerance as forecast._level_ratio's), or one whose step began within the last poll (``grace``), is
+    not late."""
+    if state.profile is None or state.basis not in ("learned", "scaled"):
+        return 0
+    expected = curve_value(process_curve(state, grace), 0.0)
+    if expected <= MATCH_TOLERANCE * state.used_bytes:
+        return 0
+    began = max((age for age, _ in state.profile.scaled_timeline() if age <= state.position), default=None)
+    if began is None or (state.position - began) * state.slowdown <= grace:
+        return 0  # its step began within the last poll: on time as far as polls can tell
+    return expected - state.used_bytes
+
+
 def timing_drift(states: Sequence[ProcessState], growth: dict[int, int], eta: float, until: float = 0.0,
                  grace: float = 0.0) -> float:
     """Seconds by which the moment the processes meet may be off.
@@ -172,6 +195,8 @@ def contention_confidence(states: Sequence[ProcessState], forecast: DeviceForeca
     if forecast.contention_in_seconds > grace:  # later than the next poll: what is held now may be gone by then
         ungrounded += sum(at.get(s.pid, 0) for s in states if _past_end(s))
         ungrounded += sum(_gives_back(s) for s in states)
+    # growth a run is late for (late_growth) is ungrounded whole: its part grounded above is taken away too
+    ungrounded += sum(weights[s.pid] * min(late_growth(s, grace), growth[s.pid]) for s in states)
     margin = max(MIN_MARGIN_SHARE * (forecast.capacity_bytes or 0), 1)
     clears = max(0.0, min(1.0, (-headroom - ungrounded) / margin))
     # Timing: an overflow that lasts less than the learned timings may drift by then (spikes
