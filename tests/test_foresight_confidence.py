@@ -13,6 +13,7 @@ from exporter.foresight.confidence import (
     contention_confidence,
     grounding,
     hold_confidence,
+    late_growth,
     peak_spread,
 )
 from exporter.foresight.forecast import ProcessState, forecast_device
@@ -187,8 +188,11 @@ def test_a_peak_raised_by_a_running_run_but_never_seen_in_a_complete_one_does_no
     assert forecast.headroom_bytes < 0, "the raised peak is a predicted overflow (the warning tier)"
     assert peak_spread(states[0]) == 0.5
     assert contention_confidence(states, forecast) < CRITICAL_CONFIDENCE
-    # the same replicas on a profile whose complete run saw 16 GiB page
-    seen = replace(raised, recent_peaks=(16 * GiB,))
+    # the same replicas on a profile whose complete run saw its 16 GiB spike (at 150 s of its age) page. (Not
+    # the raised flat 16 GiB timeline with a complete run at 16 GiB: a run at 8 GiB 90 s into a 16 GiB step is
+    # late for it, and when it rises is not in its profile: confidence.late_growth.)
+    spike = tuple(step for step in flat.timeline if step[0] < 150.0) + ((150.0, 16 * GiB), (153.0, 8 * GiB))
+    seen = replace(flat, peak_bytes=16 * GiB, timeline=spike, recent_peaks=(16 * GiB,))
     states = [replace(s, profile=seen) for s in states]
     assert contention_confidence(states, forecast_device(states, 64 * GiB)) >= CRITICAL_CONFIDENCE
 
@@ -333,3 +337,37 @@ def test_after_an_oom_kill_a_new_contention_is_not_paged_on_the_held_confidence(
     foresight.observe(with_declaration(kill_at + 13.0, survivors + [declared]), now=kill_at + 13.0)
     (row,) = foresight.result().devices
     assert row.forecast.headroom_bytes < 0 and row.confidence == 0.0
+
+
+def notebook_beside_server(position: float, holds: int) -> tuple[list[ProcessState], object]:
+    """A notebook learned twice (4 GiB, then a 20 GiB model from 600 s of its age to its end at 1000 s) at
+    ``position`` holding ``holds``, beside a server that holds its learned 20 GiB, on a 36 GiB device: the
+    forecast holds the notebook at its step, so the pair is 4 GiB over as soon as it is on it."""
+    model = 20 * GiB
+    notebook = WorkloadProfile("nb", model, 600.0, 1000.0, 2, 40, ((0.0, 4 * GiB), (600.0, model)), 1.0,
+                               recent_peaks=(model, model))
+    server = WorkloadProfile("srv", model, 0.0, 5000.0, 2, 40, ((0.0, model),), 1.0, recent_peaks=(model, model))
+    states = [ProcessState(1, holds, position, notebook, position=position, basis="learned"),
+              ProcessState(2, model, 100.0, server, position=100.0, basis="learned", steady=True)]
+    return states, forecast_device(states, 36 * GiB, grace=5.0)
+
+
+def test_growth_a_learned_run_is_late_for_is_not_grounded():
+    """A run 100 s into the step its profile rises to, still at the level before it (a notebook that has not
+    loaded its next model, a phase that comes when it comes): the forecast holds it at the step from now on,
+    but how late it will be is not in its profile, so the collision that needs the rise does not page. On
+    time as polls can tell (its step began within the last poll), or on its step within MATCH_TOLERANCE, it
+    does (docs/foresight.md, seventh round)."""
+    late, late_forecast = notebook_beside_server(700.0, 4 * GiB)
+    assert late_forecast.contention_in_seconds == 0.0 and late_forecast.headroom_bytes == -4 * GiB
+    assert late_growth(late[0], 5.0) == 16 * GiB and late_growth(late[1], 5.0) == 0
+    assert contention_confidence(late, late_forecast, 5.0) < CRITICAL_CONFIDENCE
+    on_time, on_time_forecast = notebook_beside_server(602.0, 4 * GiB)
+    assert late_growth(on_time[0], 5.0) == 0
+    assert contention_confidence(on_time, on_time_forecast, 5.0) >= CRITICAL_CONFIDENCE
+    near, near_forecast = notebook_beside_server(700.0, 17 * GiB)  # 20 / 17 < MATCH_TOLERANCE
+    assert late_growth(near[0], 5.0) == 0
+    assert contention_confidence(near, near_forecast, 5.0) >= CRITICAL_CONFIDENCE
+    ahead, ahead_forecast = notebook_beside_server(500.0, 4 * GiB)  # the rise 100 s ahead: when is learned
+    assert ahead_forecast.contention_in_seconds == 100.0 and late_growth(ahead[0], 5.0) == 0
+    assert contention_confidence(ahead, ahead_forecast, 5.0) >= CRITICAL_CONFIDENCE
