@@ -145,8 +145,9 @@ def replay_episode(rec: dict, episode, rules: dict, confidence_fn=None, trace_ro
         for row in rows:
             raw = raw_confidence(row, confidence_fn)
             overflow = -(row["headroom"] or 0)
+            pids = frozenset() if row["states"] is None else frozenset(s.pid for s in row["states"])
             held, holds[row["gi"]] = conf.hold_confidence(raw, holds.get(row["gi"]), t, overflow, row["capacity"],
-                                                          OUTCOME_GRACE)
+                                                          OUTCOME_GRACE, pids)
             scored_rows.append((row, raw, held))
         for gi in _kills_noticed(noticed, holds, rec["kills"], before, t):
             holds[gi] = conf.after_kill(holds.get(gi), t)

@@ -371,3 +371,22 @@ def test_growth_a_learned_run_is_late_for_is_not_grounded():
     ahead, ahead_forecast = notebook_beside_server(500.0, 4 * GiB)  # the rise 100 s ahead: when is learned
     assert ahead_forecast.contention_in_seconds == 100.0 and late_growth(ahead[0], 5.0) == 0
     assert contention_confidence(ahead, ahead_forecast, 5.0) >= CRITICAL_CONFIDENCE
+
+
+def test_a_cleared_page_is_not_repeated_for_the_same_runs_after_the_hold_down():
+    """Past HOLD_DOWN_SECONDS a repeat of a cleared page's overflow stays a warning as long as the device runs
+    only the processes of that page (the same runs it was wrong about); a new process on the device, or an
+    overflow grown by more than MIN_MARGIN_SHARE of the device, pages (docs/foresight.md, seventh round)."""
+    capacity, grace, runs = 40 * GiB, 60.0, frozenset({11, 12})
+    _, hold = hold_confidence(0.9, None, 0.0, 2 * GiB, capacity, grace, runs)
+    later = HOLD_DOWN_SECONDS + 300.0
+    same, _ = hold_confidence(0.9, hold, later, 2 * GiB, capacity, grace, runs)
+    assert same < CRITICAL_CONFIDENCE
+    fewer, _ = hold_confidence(0.9, hold, later, 2 * GiB, capacity, grace, frozenset({11}))
+    assert fewer < CRITICAL_CONFIDENCE
+    joined, _ = hold_confidence(0.9, hold, later, 2 * GiB, capacity, grace, runs | {13})
+    assert joined == 0.9
+    grown, _ = hold_confidence(0.9, hold, later, 3 * GiB, capacity, grace, runs)  # 2.5 % of 40 GiB more
+    assert grown == 0.9
+    unknown, _ = hold_confidence(0.9, hold, later, 2 * GiB, capacity, grace)
+    assert unknown == 0.9, "without the processes named, only the time-bound hold-down applies"

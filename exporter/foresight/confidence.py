@@ -217,6 +217,8 @@ class ConfidenceHold:
     paged_over: int = 0  # most overflow (bytes) predicted while it was at CRITICAL_CONFIDENCE
     cleared_at: float | None = None  # when the last contention that reached it cleared
     cleared_over: int = 0  # ... and its paged_over
+    pids: frozenset[int] = frozenset()  # the processes on the device at the last poll its contention was predicted
+    cleared_pids: frozenset[int] = frozenset()  # ... and those of the last contention that reached it and cleared
 
 
 def after_kill(hold: ConfidenceHold | None, now: float) -> ConfidenceHold | None:
@@ -234,7 +236,8 @@ def after_kill(hold: ConfidenceHold | None, now: float) -> ConfidenceHold | None
 
 
 def hold_confidence(raw: float | None, hold: ConfidenceHold | None, now: float, overflow: int,
-                    capacity: int | None, grace: float) -> tuple[float | None, ConfidenceHold | None]:
+                    capacity: int | None, grace: float,
+                    pids: frozenset[int] = frozenset()) -> tuple[float | None, ConfidenceHold | None]:
     """The confidence a device exports this poll, and what it remembers for the next.
 
     - Held at its highest while the contention stays predicted (a gap of up to ``grace`` seconds
@@ -244,20 +247,25 @@ def hold_confidence(raw: float | None, hold: ConfidenceHold | None, now: float, 
       the device within HOLD_DOWN_SECONDS stays below it unless its overflow exceeds the
       cleared one's by MIN_MARGIN_SHARE of the device: a forecast that said yes, then no, then
       yes again about the same overflow has not learned anything new, and the on-call was paged
-      for it already.
+      for it already. After HOLD_DOWN_SECONDS it still stays below while the device runs no process
+      but those of the cleared page (``pids``): the same runs, predicted to meet again by the same
+      overflow, are what that page said and was wrong about; a new run on the device is news.
     ``raw``: contention_confidence() of this poll (None: no contention predicted); ``overflow``:
-    bytes above capacity (-headroom) when predicted.
+    bytes above capacity (-headroom) when predicted; ``pids``: the processes on the device.
     """
     if raw is None:
         return None, hold
     hold = hold or ConfidenceHold(seen=now)
     if now - hold.seen > grace:  # the contention had cleared: a new one begins
         if hold.held >= CRITICAL_CONFIDENCE:
-            hold = replace(hold, cleared_at=hold.seen, cleared_over=hold.paged_over)
+            hold = replace(hold, cleared_at=hold.seen, cleared_over=hold.paged_over, cleared_pids=hold.pids)
         hold = replace(hold, held=0.0, paged_over=0)
     if (hold.held < CRITICAL_CONFIDENCE and hold.cleared_at is not None and now - hold.cleared_at < HOLD_DOWN_SECONDS
             and overflow <= hold.cleared_over + MIN_MARGIN_SHARE * (capacity or 0)):
         raw = min(raw, HELD_DOWN)
+    if (hold.held < CRITICAL_CONFIDENCE and hold.cleared_at is not None and now - hold.cleared_at >= HOLD_DOWN_SECONDS
+            and pids and pids <= hold.cleared_pids and overflow <= hold.cleared_over + MIN_MARGIN_SHARE * (capacity or 0)):
+        raw = min(raw, HELD_DOWN)  # only the runs of the cleared page, and no more overflow: the same repeat
     confidence = max(raw, hold.held)
     paged_over = max(hold.paged_over, overflow) if confidence >= CRITICAL_CONFIDENCE else hold.paged_over
-    return confidence, replace(hold, held=confidence, seen=now, paged_over=paged_over)
+    return confidence, replace(hold, held=confidence, seen=now, paged_over=paged_over, pids=pids)

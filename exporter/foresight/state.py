@@ -225,9 +225,10 @@ class Foresight:
         unread = used is None and all(p.used_memory_bytes is None for p in domain.processes)
         # Held while the contention stays predicted (OUTCOME_GRACE: the rules' keep_firing_for), and
         # not repeated for the same overflow soon after it cleared (confidence.hold_confidence).
+        raw = contention_confidence(states, forecast, interval)
         confidence, self._confidence[device_key] = hold_confidence(
-            contention_confidence(states, forecast, interval), self._confidence.get(device_key), now,
-            -(forecast.headroom_bytes or 0), capacity, OUTCOME_GRACE)
+            raw, self._confidence.get(device_key), now, -(forecast.headroom_bytes or 0), capacity, OUTCOME_GRACE,
+            frozenset() if raw is None else frozenset(s.pid for s in states))
         device = None if unread else DeviceRow(gpu.index, gpu.uuid, domain.gi, domain.profile, forecast,
                                                window.eta(capacity), confidence)
         contended = forecast.contention_in_seconds is not None and not unread
