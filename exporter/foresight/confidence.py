@@ -15,7 +15,8 @@ the predicted overflow still clears capacity once the memory they do not ground 
 away (a collision that needs every weakly grounded byte to be right is a coin toss, not a
 likely OOM), over MIN_MARGIN_SHARE of the device. Memory held now is not grounded either when
 the collision is later and the process may have let it go by then: a run past its learned
-end, an unprofiled process at a high of its own load waves. It is capped again by timing: the
+end, an unprofiled process at a high of its own load waves. Nor is the rise of a learned run
+already late for it (late_growth): when it comes is not in its profile. It is capped again by timing: the
 overflow must outlast how far the processes' timings may drift (timing_drift), and held, with
 hysteresis, from poll to poll (hold_confidence).
 It exists only while contention is predicted. The critical tier of the contention alerts
