@@ -29,7 +29,6 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from exporter.foresight.progress import is_clock
-from exporter.foresight.demand import curve_value
 from exporter.foresight.forecast import MATCH_TOLERANCE
 from exporter.foresight.forecast import HORIZON_SECONDS, DeviceForecast, ProcessState, demand_profile, process_curve
 
@@ -115,13 +114,21 @@ def late_growth(state: ProcessState, grace: float = 0.0) -> int:
     growth says how much, not when. A run a little below its step (runs differ by a few percent: the same
     tolerance as forecast._level_ratio's), or one whose step began within the last poll (``grace``), is
     not late."""
-    if state.profile is None or state.basis not in ("learned", "scaled"):
+    profile = state.profile
+    if (profile is None or state.basis not in ("learned", "scaled") or not profile.usable
+            or profile.peak_bytes * state.adjust <= MATCH_TOLERANCE * state.used_bytes  # no step is that high
+            or state.position >= float(profile.duration_seconds)):
+        return 0  # no learned step now (process_curve holds a run past its end at what it uses)
+    began, level = None, 0
+    for age, value in profile.scaled_timeline():  # the step it is in, as process_curve reads it at 0 s
+        if age > state.position:
+            break
+        began, level = age, value
+    # process_curve's value now: the step's (scaled by _level_ratio only within MATCH_TOLERANCE of it)
+    expected = int(level * state.adjust)
+    if began is None or expected <= MATCH_TOLERANCE * state.used_bytes:
         return 0
-    expected = curve_value(process_curve(state, grace), 0.0)
-    if expected <= MATCH_TOLERANCE * state.used_bytes:
-        return 0
-    began = max((age for age, _ in state.profile.scaled_timeline() if age <= state.position), default=None)
-    if began is None or (state.position - began) * state.slowdown <= grace:
+    if (state.position - began) * state.slowdown <= grace:
         return 0  # its step began within the last poll: on time as far as polls can tell
     return expected - state.used_bytes
 
@@ -197,7 +204,7 @@ def contention_confidence(states: Sequence[ProcessState], forecast: DeviceForeca
         ungrounded += sum(at.get(s.pid, 0) for s in states if _past_end(s))
         ungrounded += sum(_gives_back(s) for s in states)
     # growth a run is late for (late_growth) is ungrounded whole: its part grounded above is taken away too
-    ungrounded += sum(weights[s.pid] * min(late_growth(s, grace), growth[s.pid]) for s in states)
+    ungrounded += sum(weights[s.pid] * min(late_growth(s, grace), growth[s.pid]) for s in states if growth[s.pid])
     margin = max(MIN_MARGIN_SHARE * (forecast.capacity_bytes or 0), 1)
     clears = max(0.0, min(1.0, (-headroom - ungrounded) / margin))
     # Timing: an overflow that lasts less than the learned timings may drift by then (spikes
