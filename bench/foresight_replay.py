@@ -8,11 +8,13 @@
 `record` plays every episode through the same pipeline as bench/foresight_accuracy.py (simulator,
 NVML backend, Foresight) and keeps, for every poll whose forecast predicts contention on the test
 GPU, the forecast and the process states its confidence was computed from, with the simulator's
-kills. The confidence never feeds back into the forecast (the outcome learning reads headroom), so
-`replay` can recompute it under other settings (exporter.foresight.confidence's constants), hold it
-poll by poll with confidence.hold_confidence, and apply the rules with the bench's own state
-machine and scoring (`_Alert`, `_union`, `_score`, `figures`). The docs/foresight.md rounds that
-compare rule or confidence variants ("The critical tier, fifth round", "sixth round") use it.
+kills and, per poll, the devices on which the exporter noticed one (confidence.after_kill). The
+confidence never feeds back into the forecast (the outcome learning reads headroom), so `replay`
+can recompute it under other settings (exporter.foresight.confidence's constants), hold it poll
+by poll with confidence.hold_confidence and after_kill, and apply the rules with the bench's own
+state machine and scoring (`_Alert`, `_union`, `_score`, `figures`); with several recordings it
+adds their total. The docs/foresight.md rounds that compare rule or confidence variants ("The
+critical tier, fifth round", "sixth round", "seventh round") use it.
 """
 
 from __future__ import annotations
