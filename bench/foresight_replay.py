@@ -3,15 +3,18 @@
     python3 bench/foresight_replay.py record --corpus 3 --seed 1 --episodes 40 --jobs 2 --out c3s1.pkl.gz
     python3 bench/foresight_replay.py replay c3s1.pkl.gz [...]          # shipped confidence and rules
     python3 bench/foresight_replay.py misses c3s1.pkl.gz [...]          # why each learned critical miss missed
+    python3 bench/foresight_replay.py false c3s1.pkl.gz [...]           # what each false critical page rested on
 
 `record` plays every episode through the same pipeline as bench/foresight_accuracy.py (simulator,
 NVML backend, Foresight) and keeps, for every poll whose forecast predicts contention on the test
 GPU, the forecast and the process states its confidence was computed from, with the simulator's
-kills. The confidence never feeds back into the forecast (the outcome learning reads headroom), so
-`replay` can recompute it under other settings (exporter.foresight.confidence's constants), hold it
-poll by poll with confidence.hold_confidence, and apply the rules with the bench's own state
-machine and scoring (`_Alert`, `_union`, `_score`, `figures`). The docs/foresight.md rounds that
-compare rule or confidence variants ("The critical tier, fifth round", "sixth round") use it.
+kills and, per poll, the devices on which the exporter noticed one (confidence.after_kill). The
+confidence never feeds back into the forecast (the outcome learning reads headroom), so `replay`
+can recompute it under other settings (exporter.foresight.confidence's constants), hold it poll
+by poll with confidence.hold_confidence and after_kill, and apply the rules with the bench's own
+state machine and scoring (`_Alert`, `_union`, `_score`, `figures`); with several recordings it
+adds their total. The docs/foresight.md rounds that compare rule or confidence variants ("The
+critical tier, fifth round", "sixth round", "seventh round") use it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
+import math
 import multiprocessing
 import pickle
 import sys
@@ -45,8 +49,14 @@ def _record_episode(episode, interval: float, corpus: int) -> dict:
         seen[id(forecast)] = (tuple(states), forecast, grace)
         return original(states, forecast, grace)
 
-    original = fstate.contention_confidence
-    fstate.contention_confidence = capture
+    noticed: list = []  # devices (gi) of GPU 0 whose held confidence a kill noticed this poll ended
+
+    def kill_noticed(hold, now):  # state.py passes the device's own hold: find which device it is
+        noticed.extend(gi for (uuid, gi), h in foresight._confidence.items() if uuid == gpu0_uuid and h is hold)
+        return original_kill(hold, now)
+
+    original, original_kill = fstate.contention_confidence, fstate.after_kill
+    fstate.contention_confidence, fstate.after_kill = capture, kill_noticed
     backend = SimBackend(fa.CORPORA[corpus].to_scenario(episode))
     backend.open()
     foresight = Foresight()
@@ -57,8 +67,10 @@ def _record_episode(episode, interval: float, corpus: int) -> dict:
             backend.step_to(t)
             snapshot = backend.poll()
             seen.clear()
-            foresight.observe(snapshot)
+            noticed.clear()
             gpu = next(g for g in snapshot.gpus if g.index == 0)
+            gpu0_uuid = gpu.uuid
+            foresight.observe(snapshot)
             rows = []
             for r in foresight.result().devices:
                 if r.gpu != 0 or r.forecast.headroom_bytes is None:
@@ -71,13 +83,13 @@ def _record_episode(episode, interval: float, corpus: int) -> dict:
                              "capacity": r.forecast.capacity_bytes, "confidence": r.confidence,
                              "states": states if contended else None, "forecast": forecast if contended else None,
                              "grace": grace})
-            polls.append((t, t >= episode.test_start, rows))
+            polls.append((t, t >= episode.test_start, rows, tuple(noticed)))
             t += interval
         kills = sorted(e.time for e in backend.sim.oom_events
                        if e.reason == "oom" and e.gpu == 0 and e.time >= episode.test_start)
     finally:
         backend.close()
-        fstate.contention_confidence = original
+        fstate.contention_confidence, fstate.after_kill = original, original_kill
     return {"index": episode.index, "polls": polls, "kills": kills}
 
 
@@ -129,14 +141,19 @@ def replay_episode(rec: dict, episode, rules: dict, confidence_fn=None, trace_ro
     alerts = {tier: [fa._Alert(rule) for rule in tier_rules] for tier, tier_rules in rules.items()}
     trace = []  # (t, headroom) per test poll, as the bench keeps it
     per_poll = []
-    for t, test, rows in rec["polls"]:
+    before = None
+    for t, test, rows, *noticed in rec["polls"]:
         scored_rows = []
         for row in rows:
             raw = raw_confidence(row, confidence_fn)
             overflow = -(row["headroom"] or 0)
+            pids = frozenset() if row["states"] is None else frozenset(s.pid for s in row["states"])
             held, holds[row["gi"]] = conf.hold_confidence(raw, holds.get(row["gi"]), t, overflow, row["capacity"],
-                                                          OUTCOME_GRACE)
+                                                          OUTCOME_GRACE, pids)
             scored_rows.append((row, raw, held))
+        for gi in _kills_noticed(noticed, holds, rec["kills"], before, t):
+            holds[gi] = conf.after_kill(holds.get(gi), t)
+        before = t
         if not test:
             continue
         headroom = min((r["headroom"] for r, _, _ in scored_rows), default=None)
@@ -155,6 +172,15 @@ def replay_episode(rec: dict, episode, rules: dict, confidence_fn=None, trace_ro
     if trace_rows:
         result["per_poll"] = per_poll
     return result
+
+
+def _kills_noticed(noticed: list, holds: dict, kills: list[float], before: float | None, now: float):
+    """The devices whose held confidence the poll at ``now`` ended by noticing a kill (confidence.after_kill):
+    as recorded; a recording made before the record kept them: every device, at the first poll after a
+    simulated kill on the GPU (the exporter notices a killed run at the poll after it vanished)."""
+    if noticed:
+        return noticed[0]
+    return list(holds) if before is not None and any(before < k < now for k in kills) else []
 
 
 def _holds(rule, row, held) -> bool:
@@ -239,14 +265,46 @@ def misses(doc: dict, results: list[dict], window: float = 900.0) -> None:
                 if not (k - window <= t <= k):
                     continue
                 for row, raw, held in rows:
-                    if row["headroom"] >= 0:
-                        continue
-                    c = components(row)
-                    print(f"  +{t - t0:6.0f} eta {row['eta']!s:>6} raw {raw} held {held} "
-                          + ("" if c is None else f"g {c['grounded']} clears {c['clears']} timing {c['timing']} "
-                             f"over {c['over_gib']}GiB ({c.get('overflow_share')}) ungr {c.get('ungrounded_growth_gib')} "
-                             f"held {c.get('held_gib')} over_s {c.get('over_s')} drift {c.get('drift_s')} "
-                             f"procs {c['procs']}"))
+                    if row["headroom"] < 0:
+                        print(_poll_line(t, t0, row, raw, held))
+
+
+def _poll_line(t: float, t0: float, row, raw, held) -> str:
+    c = components(row)
+    return (f"  +{t - t0:6.0f} eta {row['eta']!s:>6} raw {raw} held {held} "
+            + ("" if c is None else f"g {c['grounded']} clears {c['clears']} timing {c['timing']} "
+               f"over {c['over_gib']}GiB ({c.get('overflow_share')}) ungr {c.get('ungrounded_growth_gib')} "
+               f"held {c.get('held_gib')} over_s {c.get('over_s')} drift {c.get('drift_s')} procs {c['procs']}"))
+
+
+def false_pages(doc: dict, results: list[dict], before: float = 120.0) -> list[dict]:
+    """Every false critical page of a run: its episode, classes, interval (s from the test start), the kills
+    of the episode, and the polls from ``before`` seconds ahead of it to its end that predicted contention,
+    each as (t, row, raw, held)."""
+    corpus = fa.CORPORA[doc["corpus"]].make_corpus(doc["seed"], doc["episodes"])
+    pages = []
+    for rec, ep, res in zip(doc["records"], corpus, results):
+        t0 = ep.test_start
+        for alert in res["tiers"]["critical"]["alerts"]:
+            if alert["true"]:
+                continue
+            start, end = t0 + alert["start"], math.inf if alert["end"] is None else t0 + alert["end"]
+            polls = [(t, row, raw, held) for t, rows in res["per_poll"] if start - before <= t <= end
+                     for row, raw, held in rows if row["headroom"] < 0]
+            pages.append({"corpus": doc["corpus"], "seed": doc["seed"], "episode": ep.index, "device": res["device"],
+                          "classes": res["classes"], "start": alert["start"], "end": alert["end"],
+                          "kills": [round(k - t0, 1) for k in rec["kills"]], "t0": t0, "polls": polls})
+    return pages
+
+
+def print_false(doc: dict, results: list[dict]) -> None:
+    """Print every false critical page with the polls before and during it: ETA, raw and held confidence and
+    its factors (as `misses` does for misses)."""
+    for page in false_pages(doc, results):
+        print(f"\n### corpus {page['corpus']} seed {page['seed']} ep {page['episode']} {page['device']} "
+              f"{page['classes']} false page +{page['start']:.0f}..{page['end']} kills {page['kills']}")
+        for t, row, raw, held in page["polls"]:
+            print(_poll_line(t, page["t0"], row, raw, held))
 
 
 def main(argv=None) -> int:
@@ -263,9 +321,12 @@ def main(argv=None) -> int:
     rep.add_argument("files", nargs="+")
     mis = sub.add_parser("misses")
     mis.add_argument("files", nargs="+")
+    fal = sub.add_parser("false")
+    fal.add_argument("files", nargs="+")
     args = parser.parse_args(argv)
     if args.cmd == "record":
         return record(args)
+    every: list[dict] = []
     for path in args.files:
         try:
             doc = load(path)
@@ -274,8 +335,14 @@ def main(argv=None) -> int:
             return 2
         if args.cmd == "misses":
             misses(doc, replay(doc, trace_rows=True))
+        elif args.cmd == "false":
+            print_false(doc, replay(doc, trace_rows=True))
         else:
-            print(line(f"corpus {doc['corpus']} seed {doc['seed']}", summary(replay(doc))))
+            results = replay(doc)
+            every.extend(results)
+            print(line(f"corpus {doc['corpus']} seed {doc['seed']}", summary(results)))
+    if len(args.files) > 1 and args.cmd == "replay":  # the figures of all runs together
+        print(line(f"all {len(args.files)} runs", summary(every)))
     return 0
 
 

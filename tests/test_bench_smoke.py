@@ -264,10 +264,31 @@ def test_foresight_replay_of_recorded_forecasts_gives_the_bench_figures(tmp_path
         import foresight_replay
     finally:
         sys.path.remove(str(REPO / "bench"))
-    replayed = foresight_replay.replay(foresight_replay.load(str(record)))
+    doc = foresight_replay.load(str(record))
+    replayed = foresight_replay.replay(doc)
     assert any(r["tiers"]["warning"]["incidents"] for r in replayed)  # an OOM among them: scoring is exercised
     assert [r["tiers"] for r in replayed] == [r["tiers"] for r in measured]
     assert [r["incidents"] for r in replayed] == [r["incidents"] for r in measured]
+    # the kills the exporter noticed are recorded per poll (confidence.after_kill is replayed from them)
+    assert any(noticed for rec in doc["records"] for _t, _test, _rows, noticed in rec["polls"])
+    # `false` lists exactly the pages a tier scores as false, with the polls they rested on: with the
+    # kills taken out of the recording every page is false
+    unkilled = dict(doc, records=[dict(rec, kills=[]) for rec in doc["records"]])
+    results = foresight_replay.replay(unkilled, trace_rows=True)
+    pages = foresight_replay.false_pages(unkilled, results)
+    assert pages and [(p["episode"], p["start"]) for p in pages] == [
+        (r["index"], a["start"]) for r in replayed for a in r["tiers"]["critical"]["alerts"]]
+    assert all(p["polls"] and all(row["headroom"] < 0 for _t, row, _raw, _held in p["polls"]) for p in pages)
+    listed = subprocess.run([sys.executable, str(REPO / "bench" / "foresight_replay.py"), "false", str(record)],
+                            cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert listed.returncode == 0 and listed.stdout.count("### ") == sum(
+        not a["true"] for r in replayed for a in r["tiers"]["critical"]["alerts"])
+    both = subprocess.run([sys.executable, str(REPO / "bench" / "foresight_replay.py"), "replay", str(record),
+                           str(record)], cwd=REPO, capture_output=True, text=True, timeout=240)
+    one, _, total = both.stdout.strip().splitlines()
+    figures = foresight_replay.summary(replayed)["all"]
+    assert total.startswith("all 2 runs") and f"false {2 * figures['false_alerts']} in" in total
+    assert f"precision {2 * figures['true_alerts']}/{2 * figures['alerts']}" in total and "precision" in one
 
 
 def test_foresight_accuracy_refuses_a_bad_flag_value():

@@ -11,16 +11,18 @@ from exporter.foresight.confidence import (
     PAGE_KEPT_SECONDS,
     SINGLE_RUN,
     UNKNOWN_SPREAD,
+    after_kill,
     contention_confidence,
     grounding,
     hold_confidence,
+    late_growth,
     peak_spread,
     trusted_spread,
     ungrounded_share,
 )
 from exporter.foresight.forecast import ProcessState, forecast_device
 from exporter.foresight.profiles import RunRecorder, WorkloadProfile, learn_run, learn_running
-from foresight_scenarios import WAN_DURATION, Job, learn_solo_run, replay
+from foresight_scenarios import WAN_DURATION, Job, learn_solo_run, mps_gpu_snapshot, replay
 
 GiB = 2**30
 
@@ -167,11 +169,12 @@ def test_two_runs_that_disagree_ground_as_one_run_on_the_higher_peak():
 
 def test_replicas_of_two_disagreeing_runs_page_when_the_overflow_survives_their_mean():
     """Two replicas of a job whose two learned runs peaked 36 and 69 GiB (a spike one run's polls
-    missed), both at 10 GiB, on an 80 GiB device: 58 GiB over at the higher peak, 25 GiB at the mean.
+    missed), both on their first step, on an 80 GiB device: 58 GiB over at the higher peak, 25 GiB at the mean.
     Grounded as one run on the higher peak and clear of the margin at the mean: a page. At the mean
     spread (0.24) its grounding was 0.28."""
     job = profile((36 * GiB, 69 * GiB))
-    states = [ProcessState(i, 10 * GiB, 10.0, job, position=10.0, basis="learned") for i in (1, 2)]
+    # each at its first step's level (not below it: a run late for its step is ungrounded, late_growth)
+    states = [ProcessState(i, job.timeline[0][1], 10.0, job, position=10.0, basis="learned") for i in (1, 2)]
     forecast = forecast_device(states, 80 * GiB)
     assert forecast.headroom_bytes == -58 * GiB
     assert contention_confidence(states, forecast) >= CRITICAL_CONFIDENCE
@@ -245,8 +248,11 @@ def test_a_peak_raised_by_a_running_run_but_never_seen_in_a_complete_one_does_no
     assert forecast.headroom_bytes < 0, "the raised peak is a predicted overflow (the warning tier)"
     assert peak_spread(states[0]) == 0.5
     assert contention_confidence(states, forecast) < CRITICAL_CONFIDENCE
-    # the same replicas on a profile whose complete run saw 16 GiB page
-    seen = replace(raised, recent_peaks=(16 * GiB,))
+    # the same replicas on a profile whose complete run saw its 16 GiB spike (at 150 s of its age) page. (Not
+    # the raised flat 16 GiB timeline with a complete run at 16 GiB: a run at 8 GiB 90 s into a 16 GiB step is
+    # late for it, and when it rises is not in its profile: confidence.late_growth.)
+    spike = tuple(step for step in flat.timeline if step[0] < 150.0) + ((150.0, 16 * GiB), (153.0, 8 * GiB))
+    seen = replace(flat, peak_bytes=16 * GiB, timeline=spike, recent_peaks=(16 * GiB,))
     states = [replace(s, profile=seen) for s in states]
     assert contention_confidence(states, forecast_device(states, 64 * GiB)) >= CRITICAL_CONFIDENCE
 
@@ -378,3 +384,105 @@ def test_a_server_that_gave_memory_back_is_not_counted_on_to_hold_its_high():
     waves = confidences_beside(load_waves)
     assert steady and waves, "both predict the overflow (the warning tier)"
     assert max(steady) >= CRITICAL_CONFIDENCE > max(waves)
+
+
+def test_a_kill_ends_the_held_confidence_of_a_contention_no_longer_predicted():
+    """The collision a contention was held for happened: at the poll that notices the kill, a contention
+    no longer predicted drops what it held, so one predicted again within the bridged gap starts from its
+    own confidence; one still predicted at that poll keeps its page (docs/foresight.md, seventh round)."""
+    capacity, grace = 40 * GiB, 60.0
+    _, hold = hold_confidence(0.97, None, 0.0, 2 * GiB, capacity, grace)
+    _, gone = hold_confidence(None, hold, 5.0, 0, capacity, grace)  # the kill's poll: no contention now
+    bridged, _ = hold_confidence(0.1, gone, 45.0, 1 * GiB, capacity, grace)
+    assert bridged == 0.97, "without a kill a gap under the grace is bridged"
+    after, _ = hold_confidence(0.1, after_kill(gone, 5.0), 45.0, 1 * GiB, capacity, grace)
+    assert after == 0.1
+    again, _ = hold_confidence(0.9, after_kill(gone, 5.0), 45.0, 2 * GiB, capacity, grace)
+    assert again == 0.9, "nor is a contention after a kill held down as a repeat"
+    _, still = hold_confidence(0.5, hold, 5.0, 2 * GiB, capacity, grace)  # predicted at the kill's poll
+    assert after_kill(still, 5.0) == still
+    assert after_kill(None, 5.0) is None
+
+
+def test_after_an_oom_kill_a_new_contention_is_not_paged_on_the_held_confidence():
+    """Three Wan jobs learned once collide at their final spike (well grounded, held at 0.9); one is
+    killed and the survivors fit. 10 s later a job that only declares its size (growth that says how much,
+    never when: confidence 0) makes the device overflow again: its forecast is exported at its own 0, not
+    at the 0.9 held for the collision that already happened, which would page."""
+    foresight = Foresight()
+    t = learn_solo_run(foresight, 1_000_000.0)
+    jobs = [Job(pid=300 + i, start=t + 10.0) for i in range(3)]
+    kill_at = t + 10.0 + WAN_DURATION - 28.0  # 2 s into the 33 GiB spike
+    paged = [r.devices[0].confidence for _, r in replay(foresight, jobs, t, kill_at - 5.0)
+             if r.devices and r.devices[0].confidence is not None]
+    assert paged and paged[-1] >= CRITICAL_CONFIDENCE
+    survivors = jobs[:2]
+    foresight.observe(mps_gpu_snapshot(kill_at + 3.0, survivors, oom_kills=1), now=kill_at + 3.0)
+    assert foresight.result().devices[0].confidence is None  # the survivors fit: no contention
+
+    declared = Job(pid=400, start=kill_at + 8.0, duration=600.0, memory=lambda age: 5 * GiB,
+                   cmdline="python3 serve.py --model big")
+    environ = {"GPUSHARE_EXPECTED_PEAK": "40GiB"}
+
+    def with_declaration(now, alive):
+        snapshot = mps_gpu_snapshot(now, alive, oom_kills=1)
+        (gpu,) = snapshot.gpus
+        procs = tuple(replace(p, environ=environ) if p.pid == 400 else p for p in gpu.processes)
+        return replace(snapshot, gpus=(replace(gpu, processes=procs),))
+
+    foresight.observe(with_declaration(kill_at + 13.0, survivors + [declared]), now=kill_at + 13.0)
+    (row,) = foresight.result().devices
+    assert row.forecast.headroom_bytes < 0 and row.confidence == 0.0
+
+
+def notebook_beside_server(position: float, holds: int) -> tuple[list[ProcessState], object]:
+    """A notebook learned twice (4 GiB, then a 20 GiB model from 600 s of its age to its end at 1000 s) at
+    ``position`` holding ``holds``, beside a server that holds its learned 20 GiB, on a 36 GiB device: the
+    forecast holds the notebook at its step, so the pair is 4 GiB over as soon as it is on it."""
+    model = 20 * GiB
+    notebook = WorkloadProfile("nb", model, 600.0, 1000.0, 2, 40, ((0.0, 4 * GiB), (600.0, model)), 1.0,
+                               recent_peaks=(model, model))
+    server = WorkloadProfile("srv", model, 0.0, 5000.0, 2, 40, ((0.0, model),), 1.0, recent_peaks=(model, model))
+    states = [ProcessState(1, holds, position, notebook, position=position, basis="learned"),
+              ProcessState(2, model, 100.0, server, position=100.0, basis="learned", steady=True)]
+    return states, forecast_device(states, 36 * GiB, grace=5.0)
+
+
+def test_growth_a_learned_run_is_late_for_is_not_grounded():
+    """A run 100 s into the step its profile rises to, still at the level before it (a notebook that has not
+    loaded its next model, a phase that comes when it comes): the forecast holds it at the step from now on,
+    but how late it will be is not in its profile, so the collision that needs the rise does not page. On
+    time as polls can tell (its step began within the last poll), or on its step within MATCH_TOLERANCE, it
+    does (docs/foresight.md, seventh round)."""
+    late, late_forecast = notebook_beside_server(700.0, 4 * GiB)
+    assert late_forecast.contention_in_seconds == 0.0 and late_forecast.headroom_bytes == -4 * GiB
+    assert late_growth(late[0], 5.0) == 16 * GiB and late_growth(late[1], 5.0) == 0
+    assert contention_confidence(late, late_forecast, 5.0) < CRITICAL_CONFIDENCE
+    on_time, on_time_forecast = notebook_beside_server(602.0, 4 * GiB)
+    assert late_growth(on_time[0], 5.0) == 0
+    assert contention_confidence(on_time, on_time_forecast, 5.0) >= CRITICAL_CONFIDENCE
+    near, near_forecast = notebook_beside_server(700.0, 17 * GiB)  # 20 / 17 < MATCH_TOLERANCE
+    assert late_growth(near[0], 5.0) == 0
+    assert contention_confidence(near, near_forecast, 5.0) >= CRITICAL_CONFIDENCE
+    ahead, ahead_forecast = notebook_beside_server(500.0, 4 * GiB)  # the rise 100 s ahead: when is learned
+    assert ahead_forecast.contention_in_seconds == 100.0 and late_growth(ahead[0], 5.0) == 0
+    assert contention_confidence(ahead, ahead_forecast, 5.0) >= CRITICAL_CONFIDENCE
+
+
+def test_a_cleared_page_is_not_repeated_for_the_same_runs_after_the_hold_down():
+    """Past HOLD_DOWN_SECONDS a repeat of a cleared page's overflow stays a warning as long as the device runs
+    only the processes of that page (the same runs it was wrong about); a new process on the device, or an
+    overflow grown by more than MIN_MARGIN_SHARE of the device, pages (docs/foresight.md, seventh round)."""
+    capacity, grace, runs = 40 * GiB, 60.0, frozenset({11, 12})
+    _, hold = hold_confidence(0.9, None, 0.0, 2 * GiB, capacity, grace, runs)
+    later = HOLD_DOWN_SECONDS + 300.0
+    same, _ = hold_confidence(0.9, hold, later, 2 * GiB, capacity, grace, runs)
+    assert same < CRITICAL_CONFIDENCE
+    fewer, _ = hold_confidence(0.9, hold, later, 2 * GiB, capacity, grace, frozenset({11}))
+    assert fewer < CRITICAL_CONFIDENCE
+    joined, _ = hold_confidence(0.9, hold, later, 2 * GiB, capacity, grace, runs | {13})
+    assert joined == 0.9
+    grown, _ = hold_confidence(0.9, hold, later, 3 * GiB, capacity, grace, runs)  # 2.5 % of 40 GiB more
+    assert grown == 0.9
+    unknown, _ = hold_confidence(0.9, hold, later, 2 * GiB, capacity, grace)
+    assert unknown == 0.9, "without the processes named, only the time-bound hold-down applies"

@@ -16,7 +16,8 @@ away (ungrounded_share: of a profile's growth, its peak spread; a collision that
 weakly grounded byte to be right is a coin toss, not a likely OOM), over MIN_MARGIN_SHARE of
 the device. Memory held now is not grounded either when
 the collision is later and the process may have let it go by then: a run past its learned
-end, an unprofiled process at a high of its own load waves. It is capped again by timing: the
+end, an unprofiled process at a high of its own load waves. Nor is the rise of a learned run
+already late for it (late_growth): when it comes is not in its profile. It is capped again by timing: the
 overflow must outlast how far the processes' timings may drift (timing_drift), and held, with
 hysteresis, from poll to poll (hold_confidence).
 It exists only while contention is predicted. The critical tier of the contention alerts
@@ -29,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from exporter.foresight.progress import is_clock
+from exporter.foresight.forecast import MATCH_TOLERANCE
 from exporter.foresight.forecast import HORIZON_SECONDS, DeviceForecast, ProcessState, demand_profile, process_curve
 
 GROUNDING = {"learned": 1.0, "scaled": 0.6, "declared": 0.6, "trend": 0.4, "current": 1.0}
@@ -123,6 +125,35 @@ def _changes(state: ProcessState, until: float, grace: float) -> bool:
     return any(0.0 < tau <= until for tau, _ in steps[1:]) or (end is not None and end <= until)
 
 
+def late_growth(state: ProcessState, grace: float = 0.0) -> int:
+    """Bytes a learned (or scaled) run's curve says it holds already, in the step it is in now, above what
+    it holds, when that step is more than MATCH_TOLERANCE times what it holds; else 0.
+
+    Such a run is late for its rise: a notebook's next cell, a server's next model, a phase that comes
+    when it comes. Its position (progress) says it should be there by now, and the forecast holds it at
+    that level from now on, but how late it will be is not in its profile: like a declared size, this
+    growth says how much, not when. A run a little below its step (runs differ by a few percent: the same
+    tolerance as forecast._level_ratio's), or one whose step began within the last poll (``grace``), is
+    not late."""
+    profile = state.profile
+    if (profile is None or state.basis not in ("learned", "scaled") or not profile.usable
+            or profile.peak_bytes * state.adjust <= MATCH_TOLERANCE * state.used_bytes  # no step is that high
+            or state.position >= float(profile.duration_seconds)):
+        return 0  # no learned step now (process_curve holds a run past its end at what it uses)
+    began, level = None, 0
+    for age, value in profile.scaled_timeline():  # the step it is in, as process_curve reads it at 0 s
+        if age > state.position:
+            break
+        began, level = age, value
+    # process_curve's value now: the step's (scaled by _level_ratio only within MATCH_TOLERANCE of it)
+    expected = int(level * state.adjust)
+    if began is None or expected <= MATCH_TOLERANCE * state.used_bytes:
+        return 0
+    if (state.position - began) * state.slowdown <= grace:
+        return 0  # its step began within the last poll: on time as far as polls can tell
+    return expected - state.used_bytes
+
+
 def timing_drift(states: Sequence[ProcessState], growth: dict[int, int], eta: float, until: float = 0.0,
                  grace: float = 0.0) -> float:
     """Seconds by which the moment the processes meet may be off.
@@ -209,6 +240,8 @@ def contention_confidence(states: Sequence[ProcessState], forecast: DeviceForeca
     if forecast.contention_in_seconds > grace:  # later than the next poll: what is held now may be gone by then
         ungrounded += sum(at.get(s.pid, 0) for s in states if _past_end(s))
         ungrounded += sum(_gives_back(s) for s in states)
+    # growth a run is late for (late_growth) is ungrounded whole: its part grounded above is taken away too
+    ungrounded += sum((1.0 - ungrounded_share(s)) * min(late_growth(s, grace), growth[s.pid]) for s in states if growth[s.pid])
     margin = max(MIN_MARGIN_SHARE * (forecast.capacity_bytes or 0), 1)
     clears = max(0.0, min(1.0, (-headroom - ungrounded) / margin))
     # Timing: an overflow that lasts less than the learned timings may drift by then (spikes
@@ -229,10 +262,27 @@ class ConfidenceHold:
     paged_over: int = 0  # most overflow (bytes) predicted while it was at CRITICAL_CONFIDENCE
     cleared_at: float | None = None  # when the last contention that reached it cleared
     cleared_over: int = 0  # ... and its paged_over
+    pids: frozenset[int] = frozenset()  # the processes on the device at the last poll its contention was predicted
+    cleared_pids: frozenset[int] = frozenset()  # ... and those of the last contention that reached it and cleared
+
+
+def after_kill(hold: ConfidenceHold | None, now: float) -> ConfidenceHold | None:
+    """What a device's confidence remembers once the poll at ``now`` noticed a (suspected) OOM kill on it.
+
+    The collision its contention was held for has happened. If that contention is no longer predicted
+    at this poll, it has ended with the kill: its held confidence is dropped, so a contention predicted
+    again soon after (within the gap hold_confidence bridges) starts from its own confidence, not the
+    one held for the collision that happened. Neither is it held down as a repeat: a contention after a
+    kill is as often the restarted job meeting the survivors again (docs/foresight.md, seventh round).
+    A contention still predicted at the kill's poll goes on as it was (a page stays up through a kill)."""
+    if hold is None or hold.seen >= now:
+        return hold
+    return replace(hold, held=0.0, paged_over=0)
 
 
 def hold_confidence(raw: float | None, hold: ConfidenceHold | None, now: float, overflow: int,
-                    capacity: int | None, grace: float) -> tuple[float | None, ConfidenceHold | None]:
+                    capacity: int | None, grace: float,
+                    pids: frozenset[int] = frozenset()) -> tuple[float | None, ConfidenceHold | None]:
     """The confidence a device exports this poll, and what it remembers for the next.
 
     - Held at its highest while the contention stays predicted (a gap of up to ``grace`` seconds
@@ -245,20 +295,26 @@ def hold_confidence(raw: float | None, hold: ConfidenceHold | None, now: float, 
       the device stays below CRITICAL_CONFIDENCE unless its overflow exceeds the cleared one's by
       MIN_MARGIN_SHARE of the device: a forecast that said yes, then no, then yes again about the
       same overflow has not learned anything new, and the on-call was paged for it already.
+      After PAGE_KEPT_SECONDS + HOLD_DOWN_SECONDS it still stays below while the device runs no
+      process but those of the cleared page (``pids``): the same runs, predicted to meet again by
+      the same overflow, are what that page said and was wrong about; a new run on the device is news.
     ``raw``: contention_confidence() of this poll (None: no contention predicted); ``overflow``:
-    bytes above capacity (-headroom) when predicted.
+    bytes above capacity (-headroom) when predicted; ``pids``: the processes on the device.
     """
     if raw is None:
         return None, hold
     hold = hold or ConfidenceHold(seen=now)
     if now - hold.seen > grace:  # the contention had cleared: a new one begins
         if hold.held >= CRITICAL_CONFIDENCE:
-            hold = replace(hold, cleared_at=hold.seen, cleared_over=hold.paged_over)
+            hold = replace(hold, cleared_at=hold.seen, cleared_over=hold.paged_over, cleared_pids=hold.pids)
         hold = replace(hold, held=0.0, paged_over=0)
     if (hold.held < CRITICAL_CONFIDENCE and hold.cleared_at is not None
             and PAGE_KEPT_SECONDS < now - hold.cleared_at < PAGE_KEPT_SECONDS + HOLD_DOWN_SECONDS
             and overflow <= hold.cleared_over + MIN_MARGIN_SHARE * (capacity or 0)):
         raw = min(raw, HELD_DOWN)
+    if (hold.held < CRITICAL_CONFIDENCE and hold.cleared_at is not None and now - hold.cleared_at >= PAGE_KEPT_SECONDS + HOLD_DOWN_SECONDS
+            and pids and pids <= hold.cleared_pids and overflow <= hold.cleared_over + MIN_MARGIN_SHARE * (capacity or 0)):
+        raw = min(raw, HELD_DOWN)  # only the runs of the cleared page, and no more overflow: the same repeat
     confidence = max(raw, hold.held)
     paged_over = max(hold.paged_over, overflow) if confidence >= CRITICAL_CONFIDENCE else hold.paged_over
-    return confidence, replace(hold, held=confidence, seen=now, paged_over=paged_over)
+    return confidence, replace(hold, held=confidence, seen=now, paged_over=paged_over, pids=pids)

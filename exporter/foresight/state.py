@@ -17,7 +17,7 @@ from typing import Sequence
 
 from exporter.foresight.basis import workload_of
 from exporter.foresight.calibration import OutcomeLearner
-from exporter.foresight.confidence import ConfidenceHold, contention_confidence, hold_confidence
+from exporter.foresight.confidence import ConfidenceHold, after_kill, contention_confidence, hold_confidence
 from exporter.foresight.exhaustion import TrendWindow
 from exporter.foresight.forecast import forecast_device
 from exporter.foresight.outcome import FULL_FRACTION, OUTCOME_GRACE, Outcomes
@@ -225,9 +225,10 @@ class Foresight:
         unread = used is None and all(p.used_memory_bytes is None for p in domain.processes)
         # Held while the contention stays predicted (OUTCOME_GRACE: the rules' keep_firing_for), and
         # not repeated for the same overflow soon after it cleared (confidence.hold_confidence).
+        raw = contention_confidence(states, forecast, interval)
         confidence, self._confidence[device_key] = hold_confidence(
-            contention_confidence(states, forecast, interval), self._confidence.get(device_key), now,
-            -(forecast.headroom_bytes or 0), capacity, OUTCOME_GRACE)
+            raw, self._confidence.get(device_key), now, -(forecast.headroom_bytes or 0), capacity, OUTCOME_GRACE,
+            frozenset() if raw is None else frozenset(s.pid for s in states))
         device = None if unread else DeviceRow(gpu.index, gpu.uuid, domain.gi, domain.profile, forecast,
                                                window.eta(capacity), confidence)
         contended = forecast.contention_in_seconds is not None and not unread
@@ -317,6 +318,9 @@ class Foresight:
                 warned = self.outcomes.warning_up((uuid, gi))
                 early = live.ends_at is not None and now < live.ends_at
                 self.outcomes.vanished((uuid, gi), full or (warned and early), warned, now)
+                if (killed or full or (warned and early)) and (uuid, gi) in self._confidence:
+                    # its collision happened: a contention no longer predicted ends (confidence.after_kill)
+                    self._confidence[(uuid, gi)] = after_kill(self._confidence[(uuid, gi)], now)
                 self.learner.run_ended(live, (uuid, gi), workload_of(live.run.key),
                                        truncated or (warned and early), warned, now)
                 old = self.profiles.get(live.run.key)
