@@ -6,7 +6,10 @@ so paired timings cannot resolve a change of 5-10 %. Valgrind counts the instruc
 which for the same code and input is the same on every run (PYTHONHASHSEED is fixed). Each tree is run
 twice, with W and W+N polls after the simulation's start-up; the difference over N is the mean count of
 one poll at that age, simulator included. The simulator and its fake driver are the same code in both
-trees when only exporter/ changed, so the difference between trees is the exporter's.
+trees when only exporter/ changed, so the difference between trees is the exporter's. As in exporter_bench and poll_profile, no scraper
+is expected (a fresh PrerenderPlan): the polls encode nothing ahead of a scrape. (Before, a new
+poller encoded OpenMetrics + gzip every poll until its first 300 s of real time had passed: in
+fresh polls, not in steady ones, which under valgrind come later.)
 
     python bench/poll_instructions.py --tree /tmp/base --tree . --warmup 5 --polls 20       # fresh polls, ~3 min
     python bench/poll_instructions.py --tree /tmp/base --tree . --warmup 240 --polls 60     # steady state, ~20 min
@@ -52,6 +55,11 @@ backend = SimBackend(Path({scenario!r}))
 clock = {start!r}
 backend.step_to(clock)
 poller = make_poller(backend, 1.0, Foresight())
+try:  # no scraper: no encode in the polls, as exporter_bench and poll_profile measure them
+    from exporter.prerender import PrerenderPlan
+    poller._prerender = PrerenderPlan()
+except ImportError:
+    pass
 toggle = (lambda: None)
 {split}
 with serve_gc():
