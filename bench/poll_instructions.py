@@ -46,7 +46,7 @@ START_AT = 600.0  # virtual seconds, as exporter_bench: every lane of the mixed 
 CHILD = """
 import sys
 from pathlib import Path
-sys.path.insert(0, {bench!r})
+sys.path[:0] = [{tree!r}, {bench!r}]  # the tree's exporter, whatever the working directory holds
 from exporter.backend.sim import SimBackend
 from exporter.commands.serve import make_poller
 from exporter.foresight.state import Foresight
@@ -115,14 +115,17 @@ def child_code(tree: Path, polls: int, helper: Path | None = None) -> str:
     """The program valgrind runs: ``polls`` polls of ``tree``'s exporter (run it with PYTHONPATH=tree);
     with ``helper`` (build_helper's library) the simulator's parts toggle callgrind's collection off."""
     split = SPLIT.format(helper=str(helper)) if helper is not None else ""
-    return CHILD.format(bench=str(HERE), scenario=str(tree / SCENARIO), start=START_AT, polls=polls, split=split)
+    return CHILD.format(tree=str(tree.resolve()), bench=str(HERE), scenario=str(tree / SCENARIO), start=START_AT,
+                        polls=polls, split=split)
 
 
 def count(tree: Path, polls: int, valgrind: str, helper: Path | None = None) -> int:
     code = child_code(tree, polls, helper)
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
+    # In the tree: ``python -c`` puts the working directory first on sys.path, ahead of PYTHONPATH (before
+    # this was so, every tree counted the exporter of the directory the bench was started in).
     done = subprocess.run([valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", code],
-                          env=env, capture_output=True, text=True, timeout=7200)
+                          env=env, cwd=str(tree), capture_output=True, text=True, timeout=7200)
     found = re.search(r"Collected : (\d+)", done.stderr)
     if done.returncode != 0 or not found:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]

@@ -381,3 +381,17 @@ simulation.Simulation.advance_to = _entered(simulation.Simulation.advance_to)
     # Two switches per entry and per clock step (2 polls), none counted inside, on at the end.
     assert int(entries) > 100 and int(toggles) == 2 * (int(entries) + 2), out.stdout
     assert counted_inside == "0" and on == "True", out.stdout
+
+
+def test_poll_instructions_child_imports_the_tree_it_counts(tmp_path):
+    """Run from another checkout's directory (where ``python -c`` looks first), the child still
+    imports the exporter of the tree it is given: a comparison of two trees compares them."""
+    module = bench_module("poll_instructions")
+    other = tmp_path / "other"
+    (other / "exporter").mkdir(parents=True)
+    (other / "exporter" / "__init__.py").write_text("raise SystemExit('imported the wrong tree')\n")
+    code = module.child_code(REPO, 1).replace("with serve_gc():", "import exporter\nprint(exporter.__file__)\nwith serve_gc():")
+    out = subprocess.run([sys.executable, "-c", code], cwd=other, capture_output=True, text=True, timeout=240,
+                         env=dict(os.environ, PYTHONPATH=str(other)))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[0] == str(REPO / "exporter" / "__init__.py")
