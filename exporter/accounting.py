@@ -87,7 +87,7 @@ class Accounting:
             if not rows:
                 continue  # a GPU that is down keeps its clock: the gap is handled when it is back
             shares.extend(rows)
-            if any(r.attributed for r in rows):
+            if any(r.pod for r in rows):  # r.attributed, without a property call per row
                 self.pod_gpus.add(gpu.uuid)
             self._integrate(gpu, rows, now)
         self.shares = tuple(shares)
@@ -99,24 +99,25 @@ class Accounting:
         elapsed = 0.0 if previous is None else max(0.0, now - previous)
         span = min(elapsed, MAX_GAP_SECONDS)
         energy = self._energy_delta(gpu, span)
-        attributed = [r for r in rows if r.attributed]
-        total_share = sum(r.sm_share or 0.0 for r in attributed)
+        total_share = sum(r.sm_share or 0.0 for r in rows if r.pod)  # the attributed rows'
         scale = 1.0 / total_share if total_share > 1.0 else 1.0  # rounding in MIG activities
         split = energy is not None and elapsed <= MAX_GAP_SECONDS
         seconds, weights = self._pending.pop(gpu.uuid, (0.0, {}))
         if not split:
             seconds, weights = 0.0, {}  # a gap or an unknown counter: the window starts again
         this_poll = {}
+        last_seen, add = self._last_seen, self._add
         for row in rows:
             key = (row.gpu, row.uuid, row.gi, row.namespace, row.pod)
-            self._last_seen[key] = now
+            last_seen[key] = now
+            sm_share = row.sm_share
             # A pod's energy follows its SM share: unknown share, unknown energy (not 0).
-            row_energy = None if row.attributed and row.sm_share is None else 0.0
-            if split and row.attributed and row.sm_share is not None:
-                this_poll[key] = row.sm_share * scale
-                weights[key] = weights.get(key, 0.0) + row.sm_share * scale * span
-            self._add(key, None if row.memory_bytes is None else row.memory_bytes * span,
-                      None if row.sm_share is None else row.sm_share * span, row_energy)
+            row_energy = None if row.pod and sm_share is None else 0.0
+            if split and row.pod and sm_share is not None:
+                this_poll[key] = sm_share * scale
+                weights[key] = weights.get(key, 0.0) + sm_share * scale * span
+            add(key, None if row.memory_bytes is None else row.memory_bytes * span,
+                None if sm_share is None else sm_share * span, row_energy)
         pods_energy = 0.0
         if split and energy == 0.0:  # the counter has not moved (read every 10 s): book later
             self._pending[gpu.uuid] = (seconds + span, weights)

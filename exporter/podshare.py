@@ -88,8 +88,13 @@ def _clean(value: float) -> float:
 
 
 def _whole_gpu(gpu: GpuInfo) -> list[PodShare]:
-    pods = _by_pod(gpu.processes)
     busy = gpu.utilization_ratio
+    if not any(proc.pod for proc in gpu.processes):
+        # No pod's process here (every GPU of a node without Kubernetes, every poll): the rest
+        # row alone, what the general way below gives with no pod rows (nothing subtracted).
+        return [PodShare(gpu.index, gpu.uuid, None, *UNATTRIBUTED, _rest(gpu.memory_used_bytes, ()),
+                         None if busy is None else _clean(busy))]
+    pods = _by_pod(gpu.processes)
     samples = sum(p.sm_utilization_ratio or 0.0 for p in gpu.processes)
     rows = []
     for (namespace, pod), procs in sorted(pods.items()):
@@ -110,13 +115,14 @@ def _whole_gpu(gpu: GpuInfo) -> list[PodShare]:
 def _mig_gpu(gpu: GpuInfo, allocated: list[PodDevice]) -> list[PodShare]:
     total_sms = _gpu_sm_count(gpu)
     rows: list[PodShare] = []
+    any_pod = any(proc.pod for proc in gpu.processes)  # none on a node without Kubernetes: no pod to look for
     for inst in sorted(gpu.mig_instances, key=lambda i: i.gi):
         share = None
         if total_sms and inst.activity.sm_active is not None:
             share = min(1.0, inst.activity.sm_active * inst.sm_count / total_sms)
         used = None if inst.memory_used_bytes is None else float(inst.memory_used_bytes)
-        pods = _by_pod(p for p in gpu.processes if p.gi == inst.gi)
-        holders = {(d.namespace, d.pod) for d in allocated if d.gi == inst.gi}
+        pods = _by_pod(p for p in gpu.processes if p.gi == inst.gi) if any_pod else {}
+        holders = {(d.namespace, d.pod) for d in allocated if d.gi == inst.gi} if allocated else set()
         if not pods and len(holders) == 1:
             # No pod process visible (per-instance lists need privileges), but the kubelet gave
             # the instance to one pod alone: its whole use is that pod's.

@@ -10,6 +10,7 @@ import ctypes.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -369,3 +370,55 @@ def test_poll_instructions_child_polls_this_checkout():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=240,
                          env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+@pytest.mark.skipif(not (shutil.which("gcc") or shutil.which("cc")) or not Path("/usr/include/valgrind/callgrind.h").is_file(),
+                    reason="needs gcc and valgrind's callgrind.h")
+def test_poll_instructions_exporter_only_child_toggles_around_the_simulator(tmp_path):
+    """--exporter-only: the helper builds, and the child (run without valgrind, where the client
+    request does nothing) switches collection off and on again around every fake driver call,
+    simulation advance and clock step, never inside one (a nested switch would count the rest)."""
+    module = bench_module("poll_instructions")
+    helper = module.build_helper(tmp_path)
+    assert isinstance(helper, Path) and helper.is_file(), helper
+    code = module.child_code(REPO, 2, helper)
+    # The probe: the simulator's entries counted beneath the child's wrappers, and the switch's
+    # state followed (off inside an entry, on outside).
+    probe = code.replace("toggle = ctypes.CDLL", "_toggle = ctypes.CDLL").replace(
+        ".gpushare_toggle_collect\n", """.gpushare_toggle_collect
+STATE = {"on": True, "toggles": 0, "entries": 0, "counted_inside": 0}
+def toggle():
+    STATE["on"] = not STATE["on"]
+    STATE["toggles"] += 1
+    _toggle()
+def _entered(original):
+    def call(*args):
+        STATE["entries"] += 1
+        STATE["counted_inside"] += STATE["on"]
+        return original(*args)
+    return call
+fakelib._Symbol.__call__ = _entered(fakelib._Symbol.__call__)
+simulation.Simulation.advance_to = _entered(simulation.Simulation.advance_to)
+""", 1)
+    probe += "\nprint(STATE['toggles'], STATE['entries'], STATE['counted_inside'], STATE['on'])\n"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=240,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert out.returncode == 0, out.stderr[-2000:]
+    toggles, entries, counted_inside, on = out.stdout.split()[-4:]
+    # Two switches per entry and per clock step (2 polls), none counted inside, on at the end.
+    assert int(entries) > 100 and int(toggles) == 2 * (int(entries) + 2), out.stdout
+    assert counted_inside == "0" and on == "True", out.stdout
+
+
+def test_poll_instructions_child_imports_the_tree_it_counts(tmp_path):
+    """Run from another checkout's directory (where ``python -c`` looks first), the child still
+    imports the exporter of the tree it is given: a comparison of two trees compares them."""
+    module = bench_module("poll_instructions")
+    other = tmp_path / "other"
+    (other / "exporter").mkdir(parents=True)
+    (other / "exporter" / "__init__.py").write_text("raise SystemExit('imported the wrong tree')\n")
+    code = module.child_code(REPO, 1).replace("with serve_gc():", "import exporter\nprint(exporter.__file__)\nwith serve_gc():")
+    out = subprocess.run([sys.executable, "-c", code], cwd=other, capture_output=True, text=True, timeout=240,
+                         env=dict(os.environ, PYTHONPATH=str(other)))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[0] == str(REPO / "exporter" / "__init__.py")

@@ -269,3 +269,28 @@ def test_last_xid_is_stamped_with_the_poll_that_saw_it():
     assert value(series, "gpushare_gpu_last_xid", gpu="0") == 63
     assert value(series, "gpushare_gpu_last_xid_timestamp_seconds", gpu="0") == epoch + 255
     assert value(series, "gpushare_gpu_xid_errors_total", gpu="0", xid="48") == 1  # the per-code counter stays
+
+
+def test_nvlinks_built_by_their_dict_are_the_records_init_builds(monkeypatch):
+    """The reader fills each NvLink's __dict__ (frozen_maker's fast way, inline): the records equal
+    those NvLink's own __init__ builds from the same values, field by field in field order, still
+    frozen, and a poll through __init__ (as for a class frozen_maker would refuse) gives the same
+    snapshot."""
+    from exporter.backend import nvml_health
+
+    def links_at(times):
+        with Run(HEALTH_NODE, "nvml", interval=10.0) as run:
+            for t in times:
+                run.poll(t)
+            return [gpu.health.nvlinks for gpu in run.snapshot.gpus]
+
+    fast = links_at((100, 110))
+    assert nvml_health._NVLINK_BY_DICT and sum(map(len, fast)) == 18 + 12
+    for link in (link for links in fast for link in links):
+        built = NvLink(**vars(link))
+        assert type(link) is NvLink and link == built and list(vars(link)) == list(vars(built))
+        with pytest.raises(AttributeError):
+            link.tx_bytes = 0
+    assert all(link.tx_bytes is not None and link.active is not None for links in fast for link in links)
+    monkeypatch.setattr(nvml_health, "_NVLINK_BY_DICT", False)
+    assert links_at((100, 110)) == fast

@@ -62,9 +62,19 @@ def identity_labels(proc: ProcessInfo) -> tuple[str, str, str, str]:
 
 def process_fields(gpu: GpuInfo) -> "Callable[[ProcessInfo], Fields]":
     """The series-key fields of a process of ``gpu`` (see exporter.collectors.instances.group)."""
+    sharing = gpu.sharing
+
     def fields(proc: ProcessInfo) -> Fields:
-        return (gi_label(proc.gi), str(proc.pid), proc.name, process_sharing(gpu, proc)) + identity_labels(proc) + (
-            proc.replica,)
+        # process_sharing, gi_label and identity_labels inline: one tuple per process of every
+        # poll, built in one step (the process and MPS collectors call this for each).
+        gi, workload = proc.gi, proc.workload
+        if proc.is_mps_client or proc.is_mps_server:
+            mode = "mps" if gi is None else "mig+mps"
+        else:
+            mode = sharing if gi is None else "mig"
+        return ("" if gi is None else str(gi), str(proc.pid), proc.name, mode,
+                cached_workload_label(workload) if workload else "", proc.namespace, proc.pod, proc.container,
+                proc.replica)
 
     return fields
 
