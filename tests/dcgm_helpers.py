@@ -6,6 +6,8 @@ NVML and fake DCGM -> backend -> collectors -> exposition), polled on a manual v
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -34,6 +36,27 @@ def write_scenario(tmp_path: Path, data: dict, name: str = "scenario.yaml") -> P
     path = tmp_path / name
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+@contextmanager
+def embedded_engine(tmp_path: Path, data: dict, bindings) -> Iterator[tuple]:
+    """The fake libdcgm over a scenario, an embedded host engine started through ``bindings`` (the
+    loaded DCGM modules) in AUTO mode: yields (simulation, library, engine handle), stops it after."""
+    from exporter.sim import Simulation, fakedcgm
+    from exporter.sim.scenario import load_scenario
+
+    scenario = load_scenario(write_scenario(tmp_path, data))
+    sim = Simulation(scenario)
+    sim.install()
+    lib = fakedcgm.install(sim, scenario.dcgm)
+    try:
+        bindings.structs._dcgmInit()
+        handle = bindings.agent.dcgmStartEmbedded(bindings.structs.DCGM_OPERATION_MODE_AUTO)
+        yield sim, lib, handle
+        bindings.agent.dcgmStopEmbedded(handle)
+    finally:
+        fakedcgm.uninstall(lib)
+        sim.close()
 
 
 class Run:

@@ -12,8 +12,8 @@ from ctypes import c_void_p
 from pathlib import Path
 
 import pytest
+from dcgm_helpers import embedded_engine, write_scenario
 
-from dcgm_helpers import write_scenario
 from exporter.backend import dcgm_bindings
 from exporter.backend.dcgm_values import Decoder, decode
 from exporter.errors import UserError
@@ -32,16 +32,8 @@ def engine(tmp_path):
     data = {"name": "fake", "gpus": [
         {"model": "A100-80GB", "mig": [{"profile": "2g.20gb", "start": 0}, {"profile": "3g.40gb", "start": 4}]},
         {"model": "A30"}], "processes": [], "dcgm": {"gpu_ids": [3, 1]}}
-    scenario = load_scenario(write_scenario(tmp_path, data))
-    sim = Simulation(scenario)
-    sim.install()
-    lib = fakedcgm.install(sim, scenario.dcgm)
-    B.structs._dcgmInit()
-    handle = B.agent.dcgmStartEmbedded(B.structs.DCGM_OPERATION_MODE_AUTO)
-    yield sim, lib, handle
-    B.agent.dcgmStopEmbedded(handle)
-    fakedcgm.uninstall(lib)
-    sim.close()
+    with embedded_engine(tmp_path, data, B) as running:
+        yield running
 
 
 def test_error_classes_follow_dcgm_naming():

@@ -16,10 +16,10 @@ import math
 from pathlib import Path
 
 import pytest
+from dcgm_helpers import embedded_engine
 
-from dcgm_helpers import write_scenario
 from exporter.backend import dcgm_bindings
-from exporter.sim import Simulation, fakedcgm
+from exporter.sim import fakedcgm
 from exporter.sim.engine import Engine
 from exporter.sim.fakedcgm import hostwatch, valuewriter
 from exporter.sim.scenario import load_scenario
@@ -121,16 +121,8 @@ def engine(tmp_path):
                       {"pid": 12, "cmdline": "b", "gpu": 0, "mig": 1, "memory": "1GiB", "sm_active": 0.5},
                       {"pid": 13, "cmdline": "c", "gpu": 1, "memory": "1GiB", "dram_active": [[0, 0.0], [50, 1.0]]}],
         "dcgm": {"gpu_ids": [3, 1]}}
-    scenario = load_scenario(write_scenario(tmp_path, data))
-    sim = Simulation(scenario)
-    sim.install()
-    lib = fakedcgm.install(sim, scenario.dcgm)
-    B.structs._dcgmInit()
-    handle = B.agent.dcgmStartEmbedded(B.structs.DCGM_OPERATION_MODE_AUTO)
-    yield sim, lib, handle
-    B.agent.dcgmStopEmbedded(handle)
-    fakedcgm.uninstall(lib)
-    sim.close()
+    with embedded_engine(tmp_path, data, B) as running:
+        yield running
 
 
 def _garbage(kind, count: int):
