@@ -24,9 +24,14 @@ BENCH = REPO / "bench" / "exporter_bench.py"
 REAL_GPU = REPO / "bench" / "real_gpu_smoke.py"
 
 
+def _run(script: str, *args: str, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
+    """bench/<script> with these arguments, from the checkout, its output captured as text."""
+    return subprocess.run([sys.executable, str(REPO / "bench" / script), *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
 def _bench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(BENCH), "--smoke", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=240, env=env)
+    return _run(BENCH.name, "--smoke", *args, env=env)
 
 
 def test_smoke_run_prints_every_table():
@@ -69,7 +74,7 @@ def test_unknown_peer_is_a_usage_error():
 @pytest.mark.skipif(ctypes.util.find_library("nvidia-ml") is not None, reason="this host has an NVIDIA driver")
 def test_real_gpu_check_refuses_without_a_driver():
     """Without an NVIDIA driver the real-GPU check prints one error line and exits 2."""
-    out = subprocess.run([sys.executable, str(REAL_GPU)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    out = _run(REAL_GPU.name, timeout=60)
     assert out.returncode == 2
     lines = (out.stdout + out.stderr).strip().splitlines()
     assert len(lines) == 1
@@ -79,8 +84,7 @@ def test_real_gpu_check_refuses_without_a_driver():
 
 def test_dcgm_bench_smoke_reports_both_backends():
     """bench/dcgm_bench.py --smoke prints the DCGM backend's poll cost next to NVML's on the A100 MIG scenario."""
-    out = subprocess.run([sys.executable, str(REPO / "bench" / "dcgm_bench.py"), "--smoke"], cwd=REPO,
-                         capture_output=True, text=True, timeout=240)
+    out = _run("dcgm_bench.py", "--smoke")
     assert out.returncode == 0, out.stderr[-2000:]
     rows = {line.split()[1]: line.split() for line in out.stdout.splitlines()
             if line.startswith("a100-40gb-two-3g@300s")}
@@ -94,8 +98,7 @@ def test_dcgm_profile_smoke_splits_both_backends_by_room():
     """bench/dcgm_profile.py --smoke profiles an NVML and a DCGM poll of the A100 MIG node: the DCGM
     one has the rooms only DCGM has (the bindings' wrappers, the DCGM backend), the NVML one not,
     and the simulated host engine is listed apart from the exporter's rooms."""
-    out = subprocess.run([sys.executable, str(REPO / "bench" / "dcgm_profile.py"), "--smoke"], cwd=REPO,
-                         capture_output=True, text=True, timeout=240)
+    out = _run("dcgm_profile.py", "--smoke")
     assert out.returncode == 0, out.stderr[-2000:]
     nvml, dcgm = out.stdout.split("backend dcgm:")
     assert "backend nvml:" in nvml and "exporter: collectors" in nvml and "exporter: collectors" in dcgm
@@ -107,8 +110,7 @@ def test_dcgm_profile_smoke_splits_both_backends_by_room():
 def test_dcgm_profile_fused_estimate_smoke():
     """bench/dcgm_profile.py --fused --smoke: the Activities of the A100 node's profiling read set
     built three ways (it asserts they are the same before timing), with the counts of the read set."""
-    out = subprocess.run([sys.executable, str(REPO / "bench" / "dcgm_profile.py"), "--fused", "--smoke"], cwd=REPO,
-                         capture_output=True, text=True, timeout=240)
+    out = _run("dcgm_profile.py", "--fused", "--smoke")
     assert out.returncode == 0, out.stderr[-2000:]
     match = re.search(r"a100-40gb-two-3g@300s\s+entities (\d+)\s+values (\d+)\s+dicts \+ activity\(\) ([\d.]+)\s+"
                       r"activity\(\) on kept dicts ([\d.]+)\s+straight from the values ([\d.]+)", out.stdout)
@@ -120,8 +122,7 @@ def test_dcgm_profile_fused_estimate_smoke():
 def test_dcgm_profile_own_work_smoke():
     """bench/dcgm_profile.py --own --smoke times the DCGM backend's own work per poll (host engine
     and NVML poll replaced by their last answers) and its two parts, each less than the whole."""
-    out = subprocess.run([sys.executable, str(REPO / "bench" / "dcgm_profile.py"), "--own", "--smoke"], cwd=REPO,
-                         capture_output=True, text=True, timeout=240)
+    out = _run("dcgm_profile.py", "--own", "--smoke")
     assert out.returncode == 0, out.stderr[-2000:]
     match = re.search(r"a100-40gb-two-3g@300s\s+poll \(DCGM backend's own work\) ([\d.]+)\s+DcgmSource\.read ([\d.]+)"
                       r"\s+merge into the Snapshot ([\d.]+)", out.stdout)
@@ -134,8 +135,7 @@ def test_dcgm_bytes_digests_each_poll_of_four_nodes():
     """bench/dcgm_bytes.py digests the DCGM backend's /metrics poll by poll on four nodes (the
     before/after check of issue 22's DCGM work): one line per node and poll, and the values move
     between polls, so a digest that ignored them would show here."""
-    out = subprocess.run([sys.executable, str(REPO / "bench" / "dcgm_bytes.py"), "2"], cwd=REPO,
-                         capture_output=True, text=True, timeout=240)
+    out = _run("dcgm_bytes.py", "2")
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
     rows = [re.fullmatch(r"(.+) poll (\d): (\d+) lines, sha256 ([0-9a-f]{64})", line) for line in lines]
@@ -149,8 +149,7 @@ REAL_DCGM = REPO / "bench" / "real_dcgm_smoke.py"
 
 def test_real_dcgm_check_refuses_cleanly_without_dcgm(tmp_path):
     """Where DCGM's bindings are not, the real-DCGM check says so in one line and exits 2 (no traceback)."""
-    out = subprocess.run([sys.executable, str(REAL_DCGM), "--dcgm-bindings", str(tmp_path)], cwd=REPO,
-                         capture_output=True, text=True, timeout=120)
+    out = _run(REAL_DCGM.name, "--dcgm-bindings", str(tmp_path), timeout=120)
     assert out.returncode == 2, out.stdout + out.stderr
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("real_dcgm_smoke: error: --backend dcgm: DCGM Python bindings not found")
@@ -159,8 +158,8 @@ def test_real_dcgm_check_refuses_cleanly_without_dcgm(tmp_path):
 
 def test_real_dcgm_check_dry_run_on_the_simulator():
     """The same script against the simulated DCGM: entity mapping, activity per GPU instance, both polls timed."""
-    out = subprocess.run([sys.executable, str(REAL_DCGM), "--simulate", "examples/scenarios/a30-mig-dcgm.yaml",
-                          "--interval", "30", "--polls", "2"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    out = _run(REAL_DCGM.name, "--simulate", "examples/scenarios/a30-mig-dcgm.yaml", "--interval", "30", "--polls", "2",
+               timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     text = out.stdout
     assert "DCGM 4.6.0 through the embedded host engine" in text and "-> NVML GPU 0" in text
@@ -169,8 +168,7 @@ def test_real_dcgm_check_dry_run_on_the_simulator():
     assert re.search(r"poll dcgm: .* NVML calls / [1-9]\d* DCGM calls", text)
 def test_soak_bench_smoke_reports_rss_and_fds():
     """A short soak (12 virtual minutes) runs the whole serve stack and reports RSS and fd growth."""
-    out = subprocess.run([sys.executable, str(REPO / "bench" / "soak_bench.py"), "--hours", "0.2"], cwd=REPO,
-                         capture_output=True, text=True, timeout=240)
+    out = _run("soak_bench.py", "--hours", "0.2")
     assert out.returncode in (0, 1), out.stderr[-2000:]  # 1 = a target missed: a bench result, not a crash
     assert re.search(r"RSS MiB: start [\d.]+, after warm-up [\d.]+, end [\d.]+, max [\d.]+; growth [+-][\d.]+",
                      out.stdout), out.stdout
@@ -178,8 +176,7 @@ def test_soak_bench_smoke_reports_rss_and_fds():
 
 
 def test_security_bench_smoke_prints_every_configuration():
-    out = subprocess.run([sys.executable, str(REPO / "bench" / "security_bench.py"), "--scrapes", "20"], cwd=REPO,
-                         capture_output=True, text=True, timeout=240)
+    out = _run("security_bench.py", "--scrapes", "20")
     assert out.returncode == 0, out.stderr[-2000:]
     for label in ("baseline (bare aiohttp)", "guarded, no web config", "basic auth", "TLS ",
                   "TLS + client cert + basic auth"):
@@ -204,8 +201,7 @@ ACCURACY = REPO / "bench" / "foresight_accuracy.py"
 
 
 def _accuracy(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ACCURACY), *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=240)
+    return _run(ACCURACY.name, *args)
 
 
 # corpus 3's seed 1 starts with no learned collision (its third episode's collision is a first run)
@@ -216,7 +212,8 @@ def test_foresight_accuracy_smoke_prints_the_table_with_ratios_in_range(tmp_path
     out = _accuracy("--corpus", corpus, "--seed", seed, "--episodes", "3", "--json", str(tmp_path / "a.json"), "--verbose")
     assert out.returncode == 0, out.stderr[-2000:]
     for line in (f"corpus {corpus}, seed {seed}", "critical tier", "warning tier", "recall (learned)", "precision (all)",
-                 "false alarms / 100 device-hours", "lead median", "lead p10", "lead median, ceiling >= 300 s", "first-run recall, with a basis",
+                 "false alarms / 100 device-hours", "lead median", "lead p10", "lead median, ceiling >= 300 s",
+                 "first-run recall, with a basis",
                  "first-run recall, no basis (ceiling)", "sharing=", "pattern=colliding", "ep   2 ", "| critical "):
         assert line in out.stdout
     assert re.search(r"^wall time [\d.]+ s", out.stderr, re.M)
@@ -253,9 +250,8 @@ def test_foresight_replay_of_recorded_forecasts_gives_the_bench_figures(tmp_path
     the shipped rules on them: every episode's incidents and both tiers' alert intervals equal what the bench
     itself measures, so rule and confidence variants can be compared offline (docs/foresight.md, sixth round)."""
     record = tmp_path / "r.pkl.gz"
-    out = subprocess.run([sys.executable, str(REPO / "bench" / "foresight_replay.py"), "record", "--corpus", "1",
-                          "--seed", "1", "--episodes", "3", "--out", str(record)], cwd=REPO, capture_output=True,
-                         text=True, timeout=240)
+    out = _run("foresight_replay.py", "record", "--corpus", "1", "--seed", "1", "--episodes", "3",
+               "--out", str(record))
     assert out.returncode == 0, out.stderr[-2000:]
     bench = _accuracy("--corpus", "1", "--seed", "1", "--episodes", "3", "--json", str(tmp_path / "a.json"))
     assert bench.returncode == 0, bench.stderr[-2000:]
@@ -280,12 +276,10 @@ def test_foresight_replay_of_recorded_forecasts_gives_the_bench_figures(tmp_path
     assert pages and [(p["episode"], p["start"]) for p in pages] == [
         (r["index"], a["start"]) for r in replayed for a in r["tiers"]["critical"]["alerts"]]
     assert all(p["polls"] and all(row["headroom"] < 0 for _t, row, _raw, _held in p["polls"]) for p in pages)
-    listed = subprocess.run([sys.executable, str(REPO / "bench" / "foresight_replay.py"), "false", str(record)],
-                            cwd=REPO, capture_output=True, text=True, timeout=240)
+    listed = _run("foresight_replay.py", "false", str(record))
     assert listed.returncode == 0 and listed.stdout.count("### ") == sum(
         not a["true"] for r in replayed for a in r["tiers"]["critical"]["alerts"])
-    both = subprocess.run([sys.executable, str(REPO / "bench" / "foresight_replay.py"), "replay", str(record),
-                           str(record)], cwd=REPO, capture_output=True, text=True, timeout=240)
+    both = _run("foresight_replay.py", "replay", str(record), str(record))
     one, _, total = both.stdout.strip().splitlines()
     figures = foresight_replay.summary(replayed)["all"]
     assert total.startswith("all 2 runs") and f"false {2 * figures['false_alerts']} in" in total
@@ -349,16 +343,14 @@ def test_second_foresight_corpus_is_seeded_and_its_classes_hold():
 
 def test_foresight_bench_sim_alerts_minutes_before_the_wan_oom():
     """--sim learns the Wan job on the simulated host's clock: the together row alerts >= 300 s before its OOM."""
-    out = subprocess.run([sys.executable, str(REPO / "bench" / "foresight_bench.py"), "--sim"], cwd=REPO,
-                         capture_output=True, text=True, timeout=240)
+    out = _run("foresight_bench.py", "--sim")
     row = next(line.split() for line in out.stdout.splitlines() if line.startswith("wan22-h100-mps-together"))
     assert row[3].endswith("s") and int(row[3][:-1]) >= 300, out.stdout
 
 
 def test_poll_instructions_refuses_a_tree_that_is_not_a_checkout(tmp_path):
     """A wrong --tree is one line naming it and exit 2, before valgrind is looked for or run."""
-    out = subprocess.run([sys.executable, str(REPO / "bench" / "poll_instructions.py"), "--tree", str(tmp_path)],
-                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    out = _run("poll_instructions.py", "--tree", str(tmp_path), timeout=60)
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and str(tmp_path) in out.stderr and "Traceback" not in out.stderr
 
