@@ -169,6 +169,20 @@ def margin_growth(state: ProcessState, at_bytes: int) -> int:
     return max(0, growth - measured)
 
 
+def may_have_ended(state: ProcessState, eta: float) -> int:
+    """Bytes of what a process without a learned duration (a declared size, a trend) holds now that it may
+    no longer hold ``eta`` seconds from now because it may have ended by then.
+
+    Nothing says how long such a process runs. The forecast holds it for ever, but a process that has run
+    ``age`` seconds is about as likely to stop within another ``age`` as to go on (the rule the forecast
+    already uses for a learned run past its end: it goes on as long again as it is late): the share
+    eta / (age + eta) of its memory is not grounded at a collision eta away. 0 for a learned run (its
+    profile says when it ends) and for a process with no growth basis (``current``)."""
+    if state.basis not in WHEN_UNKNOWN or eta <= 0:
+        return 0
+    return int(state.used_bytes * eta / (max(0.0, state.age_seconds) + eta))
+
+
 def timing_drift(states: Sequence[ProcessState], growth: dict[int, int], eta: float, until: float = 0.0,
                  grace: float = 0.0) -> float:
     """Seconds by which the moment the processes meet may be off.
@@ -255,6 +269,7 @@ def contention_confidence(states: Sequence[ProcessState], forecast: DeviceForeca
     if forecast.contention_in_seconds > grace:  # later than the next poll: what is held now may be gone by then
         ungrounded += sum(at.get(s.pid, 0) for s in states if _past_end(s))
         ungrounded += sum(_gives_back(s) for s in states)
+        ungrounded += sum(may_have_ended(s, forecast.contention_in_seconds) for s in states)
     # growth a run is late for (late_growth), or that only its outcome margin adds (margin_growth), is
     # ungrounded whole: its part grounded above is taken away too
     ungrounded += sum((1.0 - ungrounded_share(s)) * min(late_growth(s, grace) + margin_growth(s, at.get(s.pid, 0)),
