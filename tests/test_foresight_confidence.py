@@ -16,6 +16,8 @@ from exporter.foresight.confidence import (
     grounding,
     hold_confidence,
     late_growth,
+    margin_growth,
+    may_have_ended,
     peak_spread,
     trusted_spread,
     ungrounded_share,
@@ -486,3 +488,63 @@ def test_a_cleared_page_is_not_repeated_for_the_same_runs_after_the_hold_down():
     assert grown == 0.9
     unknown, _ = hold_confidence(0.9, hold, later, 2 * GiB, capacity, grace)
     assert unknown == 0.9, "without the processes named, only the time-bound hold-down applies"
+
+
+def replicas_at_their_level(level_from: int, capacity: int, adjust: float) -> tuple[list[ProcessState], object]:
+    """Three replicas of a twice-learned job that holds ``level_from`` until 50 s and 12 GiB from then (its runs
+    agree), 10 s into their runs, on a device of ``capacity``, their workload's forecast raised by ``adjust``
+    (the outcome margin after unwarned kills, exporter.foresight.calibration)."""
+    top = 12 * GiB
+    job = WorkloadProfile("vllm", top, 50.0, 1000.0, 2, 40, ((0.0, level_from), (50.0, top)), 1.0,
+                          recent_peaks=(top, top))
+    states = [ProcessState(i, level_from, 10.0, job, position=10.0, basis="learned", adjust=adjust) for i in (1, 2, 3)]
+    return states, forecast_device(states, capacity, grace=5.0)
+
+
+def test_growth_only_the_outcome_margin_adds_does_not_page():
+    """Three replicas at their learned 12 GiB on a 37 GiB device fit (36 GiB). After an unwarned kill their
+    workload is forecast 5 % higher: 37.8 GiB, "collision now". No run of it ever went that high; the margin
+    makes the warning careful, it does not make an OOM likely (corpus 3 seed 7007 ep 7: survivors paged for
+    38 minutes after a kill; docs/foresight.md, eighth round). A collision that clears without the margin
+    (replicas rising 6 -> 12 GiB on a 33 GiB device: 3 GiB over unadjusted) still pages."""
+    flat, flat_forecast = replicas_at_their_level(12 * GiB, 37 * GiB, 1.05)
+    assert flat_forecast.contention_in_seconds == 0.0 and flat_forecast.headroom_bytes < 0
+    assert all(margin_growth(s, flat_forecast.at_contention_bytes[s.pid]) > 0.5 * GiB for s in flat)
+    assert contention_confidence(flat, flat_forecast, 5.0) < CRITICAL_CONFIDENCE
+    unadjusted = [replace(s, adjust=1.0) for s in flat]
+    assert contention_confidence(unadjusted, forecast_device(unadjusted, 37 * GiB, grace=5.0), 5.0) is None
+    rising, rising_forecast = replicas_at_their_level(6 * GiB, 33 * GiB, 1.05)
+    assert rising_forecast.contention_in_seconds == 40.0
+    assert contention_confidence(rising, rising_forecast, 5.0) >= CRITICAL_CONFIDENCE
+    assert margin_growth(replace(rising[0], adjust=0.9), rising_forecast.at_contention_bytes[1]) == 0  # slack
+
+
+def beside_a_declared_process(age: float, position: float = 10.0) -> tuple[list[ProcessState], object]:
+    """A twice-learned job rising 10 -> 20 GiB at 50 s of its run (at ``position``), beside a process declared
+    at 30 GiB that holds it already and has run ``age`` seconds, on a 46 GiB device: 4 GiB over."""
+    learned = ProcessState(1, 10 * GiB, position, profile((20 * GiB, 20 * GiB)), position=position, basis="learned")
+    declared = ProcessState(2, 30 * GiB, age, basis="declared", floor_bytes=30 * GiB)
+    states = [learned, declared]
+    return states, forecast_device(states, 46 * GiB, grace=5.0)
+
+
+def test_what_a_process_of_unknown_duration_holds_is_grounded_as_far_as_it_has_run():
+    """No profile says when a declared (or trend) process ends; one that has run ``age`` seconds is about as
+    likely to stop within another ``age`` as to go on, so eta / (age + eta) of what it holds is not grounded
+    at a collision eta away (may_have_ended; the declared preprocessors and ETL jobs of corpus 2 seeds 3 and
+    5005 and corpus 1 seed 7007 ended before the learned co-tenant's rise). After 1000 s, 40 s ahead: 1.2 of
+    its 30 GiB, the 4 GiB overflow clears, a page. After 60 s: 12 GiB, a warning. At the next poll nothing
+    is left to end: a page. A learned run (its profile says when it ends) and a process held at what it
+    uses (basis current) lose nothing."""
+    old, old_forecast = beside_a_declared_process(1000.0)
+    assert old_forecast.contention_in_seconds == 40.0 and old_forecast.headroom_bytes == -4 * GiB
+    assert abs(may_have_ended(old[1], 40.0) - 30 * GiB * 40 / 1040) < 1
+    assert contention_confidence(old, old_forecast, 5.0) >= CRITICAL_CONFIDENCE
+    young, young_forecast = beside_a_declared_process(60.0)
+    assert contention_confidence(young, young_forecast, 5.0) < CRITICAL_CONFIDENCE
+    now, now_forecast = beside_a_declared_process(60.0, position=48.0)
+    assert now_forecast.contention_in_seconds <= 5.0
+    assert contention_confidence(now, now_forecast, 5.0) >= CRITICAL_CONFIDENCE
+    assert may_have_ended(young[0], 40.0) == 0
+    assert may_have_ended(replace(young[1], basis="trend"), 40.0) == may_have_ended(young[1], 40.0)
+    assert may_have_ended(replace(young[1], basis="current"), 40.0) == 0
