@@ -11,6 +11,7 @@ from exporter.foresight.confidence import (
     PAGE_KEPT_SECONDS,
     SINGLE_RUN,
     UNKNOWN_SPREAD,
+    YOUNGEST_SECONDS,
     after_kill,
     contention_confidence,
     grounding,
@@ -533,12 +534,14 @@ def test_what_a_process_of_unknown_duration_holds_is_grounded_as_far_as_it_has_r
     likely to stop within another ``age`` as to go on, so eta / (age + eta) of what it holds is not grounded
     at a collision eta away (may_have_ended; the declared preprocessors and ETL jobs of corpus 2 seeds 3 and
     5005 and corpus 1 seed 7007 ended before the learned co-tenant's rise). After 1000 s, 40 s ahead: 1.2 of
-    its 30 GiB, the 4 GiB overflow clears, a page. After 60 s: 12 GiB, a warning. At the next poll nothing
+    its 30 GiB, the 4 GiB overflow clears, a page. After 60 s (counted as YOUNGEST_SECONDS: a job spends its
+    first minutes starting): 3.5 GiB, a warning. At the next poll nothing
     is left to end: a page. A learned run (its profile says when it ends) and a process held at what it
     uses (basis current) lose nothing."""
     old, old_forecast = beside_a_declared_process(1000.0)
     assert old_forecast.contention_in_seconds == 40.0 and old_forecast.headroom_bytes == -4 * GiB
     assert abs(may_have_ended(old[1], 40.0) - 30 * GiB * 40 / 1040) < 1
+    assert abs(may_have_ended(replace(old[1], age_seconds=60.0), 40.0) - 30 * GiB * 40 / (YOUNGEST_SECONDS + 40)) < 1
     assert contention_confidence(old, old_forecast, 5.0) >= CRITICAL_CONFIDENCE
     young, young_forecast = beside_a_declared_process(60.0)
     assert contention_confidence(young, young_forecast, 5.0) < CRITICAL_CONFIDENCE

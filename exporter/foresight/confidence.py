@@ -57,6 +57,9 @@ HOLD_DOWN_SECONDS = 600.0  # a device's page is not repeated within this of its 
 # contention clears, so a contention back within it is the same page going on, not a repeat to hold down
 PAGE_KEPT_SECONDS = 240.0
 HELD_DOWN = 0.79  # the most confidence a held-down contention gets (just under CRITICAL_CONFIDENCE)
+# may_have_ended: a process younger than this is counted this old. Its age says little about how long it
+# goes on before it has run a while: a job spends its first minutes starting (loading a model, warming up)
+YOUNGEST_SECONDS = 300.0
 
 
 def _median(values: Sequence[float]) -> float:
@@ -176,11 +179,12 @@ def may_have_ended(state: ProcessState, eta: float) -> int:
     Nothing says how long such a process runs. The forecast holds it for ever, but a process that has run
     ``age`` seconds is about as likely to stop within another ``age`` as to go on (the rule the forecast
     already uses for a learned run past its end: it goes on as long again as it is late): the share
-    eta / (age + eta) of its memory is not grounded at a collision eta away. 0 for a learned run (its
-    profile says when it ends) and for a process with no growth basis (``current``)."""
+    eta / (age + eta) of its memory is not grounded at a collision eta away, its age taken as at least
+    YOUNGEST_SECONDS. 0 for a learned run (its profile says when it ends) and for a process with no growth
+    basis (``current``: counting it lost a learned catch, docs/foresight.md, eighth round)."""
     if state.basis not in WHEN_UNKNOWN or eta <= 0:
         return 0
-    return int(state.used_bytes * eta / (max(0.0, state.age_seconds) + eta))
+    return int(state.used_bytes * eta / (max(YOUNGEST_SECONDS, state.age_seconds) + eta))
 
 
 def timing_drift(states: Sequence[ProcessState], growth: dict[int, int], eta: float, until: float = 0.0,
