@@ -149,7 +149,7 @@ def replay_episode(rec: dict, episode, rules: dict, confidence_fn=None, trace_ro
             overflow = -(row["headroom"] or 0)
             pids = frozenset() if row["states"] is None else frozenset(s.pid for s in row["states"])
             held, holds[row["gi"]] = conf.hold_confidence(raw, holds.get(row["gi"]), t, overflow, row["capacity"],
-                                                          OUTCOME_GRACE, pids)
+                                                          OUTCOME_GRACE, pids, row["eta"], row["grace"])
             scored_rows.append((row, raw, held))
         for gi in _kills_noticed(noticed, holds, rec["kills"], before, t):
             holds[gi] = conf.after_kill(holds.get(gi), t)

@@ -228,7 +228,7 @@ class Foresight:
         raw = contention_confidence(states, forecast, interval)
         confidence, self._confidence[device_key] = hold_confidence(
             raw, self._confidence.get(device_key), now, -(forecast.headroom_bytes or 0), capacity, OUTCOME_GRACE,
-            frozenset() if raw is None else frozenset(s.pid for s in states))
+            frozenset() if raw is None else frozenset(s.pid for s in states), forecast.contention_in_seconds, interval)
         device = None if unread else DeviceRow(gpu.index, gpu.uuid, domain.gi, domain.profile, forecast,
                                                window.eta(capacity), confidence)
         contended = forecast.contention_in_seconds is not None and not unread
