@@ -301,6 +301,7 @@ class ConfidenceHold:
     pids: frozenset[int] = frozenset()  # the processes on the device at the last poll its contention was predicted
     cleared_pids: frozenset[int] = frozenset()  # ... and those of the last contention that reached it and cleared
     due_since: float | None = None  # first of the polls in a row that predicted the collision within a poll ("now")
+    due_late: bool = False  # ... and it is more than a poll ago (mark_due)
 
 
 def after_kill(hold: ConfidenceHold | None, now: float) -> ConfidenceHold | None:
@@ -319,8 +320,7 @@ def after_kill(hold: ConfidenceHold | None, now: float) -> ConfidenceHold | None
 
 def hold_confidence(raw: float | None, hold: ConfidenceHold | None, now: float, overflow: int,
                     capacity: int | None, grace: float,
-                    pids: frozenset[int] = frozenset(), eta: float | None = None,
-                    poll: float = 0.0) -> tuple[float | None, ConfidenceHold | None]:
+                    pids: frozenset[int] = frozenset()) -> tuple[float | None, ConfidenceHold | None]:
     """The confidence a device exports this poll, and what it remembers for the next.
 
     - Held at its highest while the contention stays predicted (a gap of up to ``grace`` seconds
@@ -336,11 +336,11 @@ def hold_confidence(raw: float | None, hold: ConfidenceHold | None, now: float, 
       After PAGE_KEPT_SECONDS + HOLD_DOWN_SECONDS it still stays below while the device runs no
       process but those of the cleared page (``pids``): the same runs, predicted to meet again by
       the same overflow, are what that page said and was wrong about; a new run on the device is news.
-    - A collision predicted within the next poll (``eta`` at most ``poll``) at more than one poll in a
-      row without coming is late (late_due): it stays below CRITICAL_CONFIDENCE unless it paged already.
+    - A collision predicted within the next poll at more than one poll in a row without coming is late
+      (``hold.due_late``, set by mark_due before this call): it stays below CRITICAL_CONFIDENCE unless it
+      paged already.
     ``raw``: contention_confidence() of this poll (None: no contention predicted); ``overflow``:
-    bytes above capacity (-headroom) when predicted; ``pids``: the processes on the device; ``eta``:
-    the forecast's contention_in_seconds (None: not given, nothing is late); ``poll``: the poll interval.
+    bytes above capacity (-headroom) when predicted; ``pids``: the processes on the device.
     """
     if raw is None:
         return None, hold
@@ -348,7 +348,7 @@ def hold_confidence(raw: float | None, hold: ConfidenceHold | None, now: float, 
     if now - hold.seen > grace:  # the contention had cleared: a new one begins
         if hold.held >= CRITICAL_CONFIDENCE:
             hold = replace(hold, cleared_at=hold.seen, cleared_over=hold.paged_over, cleared_pids=hold.pids)
-        hold = replace(hold, held=0.0, paged_over=0, due_since=None)
+        hold = replace(hold, held=0.0, paged_over=0)
     if (hold.held < CRITICAL_CONFIDENCE and hold.cleared_at is not None
             and PAGE_KEPT_SECONDS < now - hold.cleared_at < PAGE_KEPT_SECONDS + HOLD_DOWN_SECONDS
             and overflow <= hold.cleared_over + MIN_MARGIN_SHARE * (capacity or 0)):
@@ -356,24 +356,30 @@ def hold_confidence(raw: float | None, hold: ConfidenceHold | None, now: float, 
     if (hold.held < CRITICAL_CONFIDENCE and hold.cleared_at is not None and now - hold.cleared_at >= PAGE_KEPT_SECONDS + HOLD_DOWN_SECONDS
             and pids and pids <= hold.cleared_pids and overflow <= hold.cleared_over + MIN_MARGIN_SHARE * (capacity or 0)):
         raw = min(raw, HELD_DOWN)  # only the runs of the cleared page, and no more overflow: the same repeat
-    due_since = late_due(hold, now, eta, poll)
-    if due_since is not None and now - due_since > poll:
+    if hold.due_late:
         raw = min(raw, HELD_DOWN)
     confidence = max(raw, hold.held)
     paged_over = max(hold.paged_over, overflow) if confidence >= CRITICAL_CONFIDENCE else hold.paged_over
-    return confidence, replace(hold, held=confidence, seen=now, paged_over=paged_over, pids=pids, due_since=due_since)
+    return confidence, replace(hold, held=confidence, seen=now, paged_over=paged_over, pids=pids)
 
 
-def late_due(hold: ConfidenceHold, now: float, eta: float | None, poll: float) -> float | None:
-    """Since when the device's collision has been predicted within the next poll, at every poll that predicted
-    its contention (None: not this poll).
+def mark_due(hold: ConfidenceHold | None, now: float, eta: float | None, poll: float) -> ConfidenceHold | None:
+    """What a device's confidence remembers once the poll at ``now`` predicted its collision ``eta`` seconds
+    ahead (None: no contention predicted); call it before hold_confidence, which it tells (``due_late``)
+    whether the collision is late.
 
-    "Now" is what the forecast says when a run should hold its next step already: a run held at a landmark
-    it has not crossed (progress: a late peak is still to come), a step its position is in. The OOM such a
-    forecast predicts comes at once or not at all: a collision still "now" more than a poll later has not
-    come, and the run is late for its rise, as late_growth says of a run whose step began more than a poll
-    ago; when it comes is not in its profile (corpus 2 seed 6006 ep 34: a trainer's evaluation spike "now"
-    for 35 s, that came after its co-tenant had ended; docs/foresight.md, eighth round)."""
-    if eta is None or eta > poll:
-        return None
-    return hold.due_since if hold.due_since is not None else now
+    "Now" (an ETA within the next poll) is what the forecast says when a run should hold its next step
+    already: a run held at a landmark it has not crossed (progress: a late peak is still to come), or a
+    step its position is in. The OOM such a forecast predicts comes at once or not at all: a collision
+    still "now" more than a poll later, at every poll in between, has not come, and the run is late for
+    its rise, as late_growth says of a run whose step began more than a poll ago; when it comes is not in
+    its profile (corpus 2 seed 6006 ep 34: a trainer's evaluation spike "now" for 35 s, that came after its
+    co-tenant had ended; docs/foresight.md, eighth round)."""
+    if eta is None:
+        return hold
+    hold = hold or ConfidenceHold(seen=now)
+    if eta > poll:
+        return replace(hold, due_since=None, due_late=False)
+    in_a_row = hold.due_since is not None and now - hold.seen <= 1.5 * poll  # the last poll said "now" too
+    since = hold.due_since if in_a_row else now
+    return replace(hold, due_since=since, due_late=now - since > poll)

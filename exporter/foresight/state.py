@@ -17,7 +17,7 @@ from typing import Sequence
 
 from exporter.foresight.basis import workload_of
 from exporter.foresight.calibration import OutcomeLearner
-from exporter.foresight.confidence import ConfidenceHold, after_kill, contention_confidence, hold_confidence
+from exporter.foresight.confidence import ConfidenceHold, after_kill, contention_confidence, hold_confidence, mark_due
 from exporter.foresight.exhaustion import TrendWindow
 from exporter.foresight.forecast import forecast_device
 from exporter.foresight.outcome import FULL_FRACTION, OUTCOME_GRACE, Outcomes
@@ -226,9 +226,11 @@ class Foresight:
         # Held while the contention stays predicted (OUTCOME_GRACE: the rules' keep_firing_for), and
         # not repeated for the same overflow soon after it cleared (confidence.hold_confidence).
         raw = contention_confidence(states, forecast, interval)
+        eta = None if raw is None else forecast.contention_in_seconds  # a collision "now" that does not come is late
+        self._confidence[device_key] = mark_due(self._confidence.get(device_key), now, eta, interval)
         confidence, self._confidence[device_key] = hold_confidence(
             raw, self._confidence.get(device_key), now, -(forecast.headroom_bytes or 0), capacity, OUTCOME_GRACE,
-            frozenset() if raw is None else frozenset(s.pid for s in states), forecast.contention_in_seconds, interval)
+            frozenset() if raw is None else frozenset(s.pid for s in states))
         device = None if unread else DeviceRow(gpu.index, gpu.uuid, domain.gi, domain.profile, forecast,
                                                window.eta(capacity), confidence)
         contended = forecast.contention_in_seconds is not None and not unread
