@@ -18,6 +18,7 @@ from exporter.foresight.confidence import (
     hold_confidence,
     late_growth,
     margin_growth,
+    mark_due,
     may_have_ended,
     peak_spread,
     trusted_spread,
@@ -541,7 +542,8 @@ def test_what_a_process_of_unknown_duration_holds_is_grounded_as_far_as_it_has_r
     old, old_forecast = beside_a_declared_process(1000.0)
     assert old_forecast.contention_in_seconds == 40.0 and old_forecast.headroom_bytes == -4 * GiB
     assert abs(may_have_ended(old[1], 40.0) - 30 * GiB * 40 / 1040) < 1
-    assert abs(may_have_ended(replace(old[1], age_seconds=60.0), 40.0) - 30 * GiB * 40 / (YOUNGEST_SECONDS + 40)) < 1
+    young_share = 30 * GiB * 40 / (YOUNGEST_SECONDS + 40)
+    assert abs(may_have_ended(replace(old[1], age_seconds=60.0), 40.0) - young_share) < 1
     assert contention_confidence(old, old_forecast, 5.0) >= CRITICAL_CONFIDENCE
     young, young_forecast = beside_a_declared_process(60.0)
     assert contention_confidence(young, young_forecast, 5.0) < CRITICAL_CONFIDENCE
@@ -551,3 +553,32 @@ def test_what_a_process_of_unknown_duration_holds_is_grounded_as_far_as_it_has_r
     assert may_have_ended(young[0], 40.0) == 0
     assert may_have_ended(replace(young[1], basis="trend"), 40.0) == may_have_ended(young[1], 40.0)
     assert may_have_ended(replace(young[1], basis="current"), 40.0) == 0
+
+
+def held_through(polls: list[tuple[float, float | None, float]], poll: float = 5.0) -> list[float | None]:
+    """The exported confidence of one device over polls (time, ETA, raw confidence), as state.py computes it:
+    mark_due, then hold_confidence."""
+    hold, out = None, []
+    for now, eta, raw in polls:
+        hold = mark_due(hold, now, eta, poll)
+        confidence, hold = hold_confidence(raw, hold, now, 2 * GiB, 40 * GiB, 60.0, frozenset({1, 2}))
+        out.append(confidence)
+    return out
+
+
+def test_a_collision_predicted_now_that_does_not_come_is_late():
+    """A collision "now" (within the next poll) at three polls in a row without an OOM is a run late for its
+    rise (a spike due at a landmark it has not crossed): grounded 0.92 at the fourth poll, it stays a
+    warning. The same confidence the first time the collision is due pages, and a page already up stays up
+    while the collision stays due. A collision that was ahead until this poll is not late; a poll that did
+    not predict it breaks the row (docs/foresight.md, eighth round)."""
+    late = held_through([(0.0, 0.0, 0.5), (5.0, 0.0, 0.5), (10.0, 0.0, 0.5), (15.0, 0.0, 0.92)])
+    assert late[-1] < CRITICAL_CONFIDENCE
+    on_time = held_through([(0.0, 0.0, 0.92), (5.0, 0.0, 0.92), (10.0, 0.0, 0.92), (15.0, 0.0, 0.92)])
+    assert on_time == [0.92] * 4
+    arriving = held_through([(0.0, 30.0, 0.5), (5.0, 25.0, 0.5), (10.0, 20.0, 0.5), (15.0, 0.0, 0.92),
+                             (20.0, 0.0, 0.92)])
+    assert arriving[-2:] == [0.92, 0.92]
+    broken = held_through([(0.0, 0.0, 0.5), (5.0, 0.0, 0.5), (10.0, None, None), (15.0, 0.0, 0.92)])
+    assert broken[-1] == 0.92
+    assert mark_due(None, 0.0, None, 5.0) is None, "no contention predicted: nothing to remember"
