@@ -377,9 +377,9 @@ def mark_due(hold: ConfidenceHold | None, now: float, eta: float | None, poll: f
     co-tenant had ended; docs/foresight.md, eighth round)."""
     if eta is None:
         return hold
+    if eta > poll:  # ahead: nothing is due (most contended polls: no new hold)
+        return hold if hold is None or hold.due_since is None else replace(hold, due_since=None, due_late=False)
     hold = hold or ConfidenceHold(seen=now)
-    if eta > poll:
-        return replace(hold, due_since=None, due_late=False)
     in_a_row = hold.due_since is not None and now - hold.seen <= 1.5 * poll  # the last poll said "now" too
     since = hold.due_since if in_a_row else now
     return replace(hold, due_since=since, due_late=now - since > poll)
