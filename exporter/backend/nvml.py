@@ -263,6 +263,7 @@ class NvmlBackend:
             gpus=tuple(gpus),
             call_errors=self.caller.errors_snapshot(),
             section_ok={s: s not in failed for s in SECTIONS},
+            simulation=None,  # every field given: frozen_maker's short way
             sources=_NVML_SOURCES,
             backend_reason=self.reason,
             pod_devices=self._pod_devices(gpus),
