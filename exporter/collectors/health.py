@@ -64,8 +64,6 @@ def _flag(value: bool | None) -> int | None:
     return None if value is None else int(value)
 
 
-_XID = Block(LAST_XID, LAST_XID_TIME)  # every GPU, up or down: one put, not two adds
-_xid_values = attrgetter("last_xid", "last_xid_timestamp")
 _IO = Block(MEMORY_TEMPERATURE, PCIE_REPLAYS, PCIE_TX, PCIE_RX, ENCODER, DECODER, ENCODER_SESSIONS)
 _io_values = attrgetter("memory_temperature_celsius", "pcie_replay_errors", "pcie_tx_bytes", "pcie_rx_bytes",
                         "encoder_utilization_ratio", "decoder_utilization_ratio", "encoder_sessions")
@@ -90,7 +88,8 @@ class HealthCollector(SnapshotCollector):
             ids = gpu_labels(gpu.index, gpu.uuid)
             if gpu.up:
                 self._add(out, ids, gpu.health)
-            out.put(_XID, ids, _xid_values(gpu.health))
+            out.add(LAST_XID, ids, gpu.health.last_xid)
+            out.add(LAST_XID_TIME, ids, gpu.health.last_xid_timestamp)
         return out
 
     def _add(self, out: Families, ids: tuple[str, str], h: DeviceHealth) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from exporter.collectors.base import Block, Families, SnapshotCollector, Spec, gi_label, gpu_labels
+from exporter.collectors.base import Families, SnapshotCollector, Spec, gi_label, gpu_labels
 from exporter.collectors.instances import POD, total, with_mode_labels
 from exporter.collectors.process import PROCESS, process_series
 from exporter.snapshot import Snapshot
@@ -50,7 +50,6 @@ class MpsCollector(SnapshotCollector):
         self.mode = mode
         self._limit = with_mode_labels(CLIENT_MEMORY_LIMIT, mode)
         self._threads = with_mode_labels(CLIENT_ACTIVE_THREADS, mode)
-        self._block = Block(self._limit, self._threads)  # a client series' two values, as ProcessCollector
 
     def families(self, snapshot: Snapshot) -> Families:
         out = Families()
@@ -74,10 +73,10 @@ class MpsCollector(SnapshotCollector):
                 # A container's clients together may pin the sum of their limits and use the
                 # sum of their SM shares (at most all of them); unknown if any is unlimited.
                 if len(members) == 1:
-                    member = members[0]
-                    out.put(self._block, labels, (member.mps_memory_limit_bytes, member.mps_active_thread_ratio))
+                    out.add_all(labels, ((self._limit, members[0].mps_memory_limit_bytes),
+                                         (self._threads, members[0].mps_active_thread_ratio)))
                     continue
                 threads = total([p.mps_active_thread_ratio for p in members])
-                out.put(self._block, labels, (total([p.mps_memory_limit_bytes for p in members]),
-                                              None if threads is None else min(1.0, threads)))
+                out.add_all(labels, ((self._limit, total([p.mps_memory_limit_bytes for p in members])),
+                                     (self._threads, None if threads is None else min(1.0, threads))))
         return out

@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable, Iterable
 
-from exporter.collectors.base import Block, Families, SnapshotCollector, Spec, gi_label, gpu_labels
+from exporter.collectors.base import Families, SnapshotCollector, Spec, gi_label, gpu_labels
 from exporter.collectors.instances import POD, Fields, group, known_total, share_total, total, with_mode_labels
 from exporter.foresight.workload import workload_label
 from exporter.snapshot import GpuInfo, ProcessInfo, Snapshot
@@ -105,21 +105,17 @@ class ProcessCollector(SnapshotCollector):
         super().__init__(source)
         self.mode = mode
         self._memory, self._sm = with_mode_labels(MEMORY_USED, mode), with_mode_labels(SM_UTILIZATION, mode)
-        # A series' two values go in together, as add_all put them (None skipped, first label set
-        # wins, families in first-use order), each family looked up once a poll, not per series.
-        self._block = Block(self._memory, self._sm)
 
     def families(self, snapshot: Snapshot) -> Families:
         out = Families()
-        block = self._block
         for gpu in snapshot.gpus:
             if not gpu.up:
                 continue
             for labels, members in process_series(gpu, gpu.processes, self.mode):
                 if len(members) == 1:  # the common case, and every series in pid mode
-                    member = members[0]
-                    out.put(block, labels, (member.used_memory_bytes, member.sm_utilization_ratio))
+                    out.add_all(labels, ((self._memory, members[0].used_memory_bytes),
+                                         (self._sm, members[0].sm_utilization_ratio)))
                     continue
-                out.put(block, labels, (total([p.used_memory_bytes for p in members]),
-                                        share_total([p.sm_utilization_ratio for p in members])))
+                out.add_all(labels, ((self._memory, total([p.used_memory_bytes for p in members])),
+                                     (self._sm, share_total([p.sm_utilization_ratio for p in members]))))
         return out
