@@ -23,6 +23,9 @@ What is left is what a real host runs too: the exporter, pynvml and ctypes, the 
 /proc files, plus the switch's own ctypes calls: two per fake driver call, the same number in
 trees that make the same calls, so a difference between such trees is the exporter's alone.
 
+A GPU's read has no time limit here (serve's is 5 s of wall time): under valgrind on a busy
+machine a read can take longer, and a GPU reported down for it would change what is counted.
+
 Needs valgrind (not a project dependency: `apt-get install -y valgrind`). Runs the trees' polls in
 parallel, one process per (tree, count).
 """
@@ -51,7 +54,9 @@ from exporter.backend.sim import SimBackend
 from exporter.commands.serve import make_poller
 from exporter.foresight.state import Foresight
 from perf.anatomy import serve_gc
-backend = SimBackend(Path({scenario!r}))
+# No wall-clock limit on a GPU's read: under valgrind on a busy machine a read can pass serve's 5 s,
+# and a GPU reported down (its read going on in the background) would change what is counted.
+backend = SimBackend(Path({scenario!r}), gpu_timeout=1e9)
 clock = {start!r}
 backend.step_to(clock)
 poller = make_poller(backend, 1.0, Foresight())

@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 from exporter import __version__
 from exporter.backend.base import Backend  # name, open(), poll() -> Snapshot, close()
 from exporter.collectors import Collector, PollStats
+from exporter.frozen import replace
 from exporter.prerender import PrerenderPlan
 from exporter.render import Exposition, build_registry, render
 from exporter.snapshot import Snapshot
@@ -185,7 +186,8 @@ class Poller:
             if snapshot is not None:
                 self._notify(snapshot)
                 self._snapshot = snapshot
-                self._stats = dataclasses.replace(
+                # A copy by __dict__ (exporter.frozen), not dataclasses.replace's __init__: every poll.
+                self._stats = replace(
                     self._stats,
                     # --backend auto decides which backend it is when it opens, not before.
                     backend=str(getattr(self.backend, "name", self._stats.backend)),
@@ -196,7 +198,7 @@ class Poller:
                     last_error=None,
                 )
             else:
-                self._stats = dataclasses.replace(
+                self._stats = replace(
                     self._stats,
                     polls_error=self._stats.polls_error + 1,
                     last_duration_seconds=end - start,

@@ -159,3 +159,80 @@ def test_calls_per_poll_reset(lib, handle):
     caller.call("nvmlDeviceGetPowerUsage", handle, gpu=TAG)
     assert caller.calls_this_poll == 1
     assert caller.calls_by_name["nvmlDeviceGetPowerUsage"] == 2
+
+
+def _outcome(read):
+    """What one read gives: its value (a Missing by its error), or the error class it raised."""
+    try:
+        value = read()
+    except NvmlCallError as exc:
+        return type(exc).__name__, exc.error
+    return ("Missing", value.error) if isinstance(value, Missing) else value
+
+
+@pytest.mark.parametrize("code", [None, NOT_SUPPORTED, NO_PERMISSION, NOT_FOUND, UNKNOWN, GPU_IS_LOST])
+def test_poll_context_calls_the_function_itself_with_calls_outcomes(lib, handle, code):
+    """PollContext.get and .raw call a known function themselves (NvmlCaller.ready), not through
+    NvmlCaller.call: each outcome (a value, NA, Missing for an expected error, a counted failure
+    that marks the section, GpuIsLost raised) is what ``call`` gives, asked three times (an NA
+    answer is then remembered: the later asks make no call, either way), counted the same."""
+    from exporter.backend.nvml_types import PollContext
+
+    def run(direct: bool):
+        lib.fail.pop(("nvmlDeviceGetPowerUsage", None), None)
+        caller = NvmlCaller(pynvml)
+        caller.begin_poll()
+        assert caller.call("nvmlDeviceGetPowerUsage", handle, gpu=TAG) == 350_000  # the function is known
+        if code is None:
+            lib.fail.pop(("nvmlDeviceGetPowerUsage", None), None)
+        else:
+            lib.fail[("nvmlDeviceGetPowerUsage", None)] = code
+        made_before = lib.calls["nvmlDeviceGetPowerUsage"]
+        ctx = PollContext(caller, TAG)
+        outcomes = []
+        for expect in ((), ("NotFound",), ()):
+            if direct:
+                assert (caller.ready("nvmlDeviceGetPowerUsage") is None) == (code in (NOT_SUPPORTED, NO_PERMISSION)
+                                                                             and len(outcomes) > 0)
+                outcomes.append((_outcome(lambda: ctx.raw("gpu", "nvmlDeviceGetPowerUsage", handle, expect=expect)),
+                                 _outcome(lambda: ctx.get("gpu", "nvmlDeviceGetPowerUsage", handle, expect=expect))))
+            else:  # one call for raw's ask, one for get's
+                outcomes.append(tuple(_outcome(lambda: caller.call("nvmlDeviceGetPowerUsage", handle, gpu=TAG,
+                                                                   expect=expect)) for _ in range(2)))
+        made = lib.calls["nvmlDeviceGetPowerUsage"] - made_before
+        return outcomes, made, caller.errors_snapshot(), ctx.failed, ctx.failures, caller.calls_this_poll
+
+    direct, through_call = run(True), run(False)
+    # raw and get agree with call: get turns NA into None; a failure is None, its section marked
+    failures = 0
+    for (raw, get), (for_raw, for_get) in zip(direct[0], through_call[0]):
+        failed = isinstance(for_raw, tuple) and for_raw[0] == "NvmlCallError"
+        failures += 2 * failed
+        assert raw == (None if failed else for_raw)
+        assert get == (None if failed or for_get is NA else for_get)
+    assert direct[1:3] == through_call[1:3]  # the same calls made, the same failures counted
+    assert direct[5] == through_call[5]
+    assert direct[3] == ({"gpu"} if failures else set()) and direct[4] == failures
+    assert failures == {UNKNOWN: 6, NOT_FOUND: 4}.get(code, 0)
+
+
+def test_poll_context_asks_again_after_the_reprobe(lib, handle):
+    """A call whose NA answer is remembered goes through NvmlCaller.call (no call made) until
+    REPROBE_POLLS polls forget it; then PollContext calls it itself again."""
+    from exporter.backend.nvml import REPROBE_POLLS
+    from exporter.backend.nvml_types import PollContext
+
+    caller = NvmlCaller(pynvml)
+    ctx = PollContext(caller, TAG)
+    lib.fail[("nvmlDeviceGetPowerUsage", None)] = NOT_SUPPORTED
+    assert ctx.get("gpu", "nvmlDeviceGetPowerUsage", handle) is None
+    assert caller.ready("nvmlDeviceGetPowerUsage") is None
+    del lib.fail[("nvmlDeviceGetPowerUsage", None)]
+    for _ in range(REPROBE_POLLS - 1):
+        caller.begin_poll()
+        assert ctx.get("gpu", "nvmlDeviceGetPowerUsage", handle) is None
+    assert lib.calls["nvmlDeviceGetPowerUsage"] == 1
+    caller.begin_poll()
+    assert caller.ready("nvmlDeviceGetPowerUsage") is not None
+    assert ctx.get("gpu", "nvmlDeviceGetPowerUsage", handle) == 350_000
+    assert lib.calls["nvmlDeviceGetPowerUsage"] == 2

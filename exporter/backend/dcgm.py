@@ -16,7 +16,6 @@ source is tried again every few polls (exporter/backend/dcgm_source.py).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 
@@ -27,10 +26,12 @@ from exporter.backend.dcgm_values import (
     DEVICE_PROVIDES, PROFILING_FIELDS, PROFILING_PROVIDES, activity_values, device_values,
 )
 from exporter.backend.nvml_types import Supplied
+# The cheap copy of a frozen record, shared with the poller and the simulated backend; the DCGM
+# poll copies every GPU, its health, its MIG instances and the Snapshot to put DCGM's values in.
+from exporter.frozen import is_plain as _is_plain, replace
 from exporter.snapshot import Activity, GpuInfo, Snapshot
 
 log = logging.getLogger(__name__)
-_PLAIN: dict[type, bool] = {}  # dataclass -> copied without its __init__ (see replace)
 _NONE: dict = {}  # no values (read only)
 _new_object = object.__new__
 _NO_ACTIVITY = Activity()  # the Activity each poll's ones are copied from (see replace)
@@ -59,41 +60,6 @@ def activity(values) -> Activity:
 _PROVIDES = {(device, profiled): frozenset((DEVICE_PROVIDES if device else frozenset())
                                            | (PROFILING_PROVIDES if profiled else frozenset()))
              for device in (False, True) for profiled in (False, True)}
-
-
-def _is_plain(cls) -> bool:
-    """A dataclass whose __init__ only sets its fields (see replace)."""
-    plain = _PLAIN.get(cls)
-    if plain is None:
-        plain = _PLAIN[cls] = (dataclasses.is_dataclass(cls) and not hasattr(cls, "__post_init__")
-                               and not hasattr(cls, "__slots__")
-                               and all(f.init for f in dataclasses.fields(cls)))
-    return plain
-
-
-def replace(obj, **changes):
-    """``dataclasses.replace`` for the Snapshot's frozen dataclasses, several times cheaper.
-
-    A poll copies every GPU, its health, its MIG instances and the Snapshot to put DCGM's values
-    in; replace() runs __init__, which sets each of 10-30 fields through object.__setattr__.
-    For a dataclass whose __init__ only sets its fields (no __post_init__, every field in
-    __init__, the fields and nothing else in __dict__) copying the attributes gives the same
-    object; any other class or object, or a name that is not a field, goes through
-    dataclasses.replace (and its checks).
-    """
-    cls = type(obj)
-    plain = _PLAIN.get(cls)
-    if plain is None:
-        plain = _is_plain(cls)
-    known = cls.__dataclass_fields__.keys() if plain else ()
-    # __init__ set every field and a frozen instance loses none: anything more is e.g. a cached attribute
-    if not plain or not changes.keys() <= known or len(obj.__dict__) != len(known):
-        return dataclasses.replace(obj, **changes)
-    new = object.__new__(cls)
-    attributes = new.__dict__
-    attributes.update(obj.__dict__)
-    attributes.update(changes)
-    return new
 
 
 class _InstanceActivity:

@@ -15,7 +15,7 @@ from typing import Callable
 
 from exporter.backend.nvml_caller import REPROBE_POLLS, NvmlCaller, _short_name
 from exporter.backend.nvml_device import GpuReader
-from exporter.backend.nvml_types import NA, SECTIONS, DeviceTag, GpuLostError, Missing, NvmlCallError
+from exporter.backend.nvml_types import NA, SECTIONS, DeviceTag, GpuLostError, Missing, NvmlCallError, frozen_maker
 from exporter.backend.nvml_worker import ReadPool, _GpuWorker
 from exporter.backend.procinfo import ProcFs
 from exporter.identity import Identifier
@@ -25,6 +25,7 @@ from exporter.snapshot import GpuInfo, Snapshot, SourceStatus
 log = logging.getLogger(__name__)
 
 _NVML_SOURCES = {"nvml": SourceStatus(True)}
+_snapshot = frozen_maker(Snapshot)  # one a poll, built without its __init__'s 11 object.__setattr__ calls
 
 
 def _init_failure_reason(error: str, exc: BaseException) -> str:
@@ -254,7 +255,7 @@ class NvmlBackend:
                 self._down[info.index] = self._down.get(info.index, 0) + 1
         if not self._down:
             self._backoff = REDISCOVER_DOWN_POLLS
-        snapshot = Snapshot(
+        snapshot = _snapshot(
             timestamp=time.time(),
             backend=self.name,
             driver_version=self.driver_version,
@@ -262,6 +263,7 @@ class NvmlBackend:
             gpus=tuple(gpus),
             call_errors=self.caller.errors_snapshot(),
             section_ok={s: s not in failed for s in SECTIONS},
+            simulation=None,  # every field given: frozen_maker's short way
             sources=_NVML_SOURCES,
             backend_reason=self.reason,
             pod_devices=self._pod_devices(gpus),

@@ -92,6 +92,9 @@ class NvmlCaller:
         self._caught = (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError, UnicodeDecodeError)
         self._direct = direct_calls(pynvml)
         self._functions: dict = {}  # fn name -> the function that makes that call
+        # fn name -> its function, for the calls no NA answer is remembered for: what
+        # PollContext.get and .raw call directly (``call`` without its frame; see ready()).
+        self._ready: dict = {}
         # Names of the calls made this poll, and the counts of the polls before. A list append
         # is one step under the GIL, so the hot path takes no lock; begin_poll folds the list.
         self._made: list[str] = []
@@ -118,6 +121,7 @@ class NvmlCaller:
             if self._polls % REPROBE_POLLS == 0:
                 self._unavailable = {k for k in self._unavailable if k[0] == "absent"}  # symbols stay absent
                 self._unavailable_names = {k[1] for k in self._unavailable}
+                self._ready = {n: f for n, f in self._functions.items() if n not in self._unavailable_names}
 
     def errors_snapshot(self) -> dict[tuple[str, str], int]:
         with self._lock:
@@ -142,7 +146,18 @@ class NvmlCaller:
         fn = fn or getattr(self.nv, fn_name, None)
         if fn is not None:
             self._functions[fn_name] = fn
+            with self._lock:
+                if fn_name not in self._unavailable_names:
+                    self._ready[fn_name] = fn
         return fn
+
+    def ready(self, fn_name: str):
+        """The function ``call(fn_name, ...)`` would call now with no answer remembered in the
+        way, or None (the call is unknown yet, or an NA answer is remembered for it: go through
+        ``call``). A caller that calls it itself appends ``fn_name`` to ``_made`` first and hands
+        an exception of ``_caught`` to ``failed``: the same outcome as ``call``, one Python
+        frame less on each of a poll's ~290 calls (PollContext.get and .raw)."""
+        return self._ready.get(fn_name)
 
     def call(self, fn_name: str, *args, gpu: DeviceTag | None = None, expect: tuple[str, ...] = ()):
         """Call ``pynvml.<fn_name>(*args)`` and classify the outcome (see class docstring)."""
@@ -158,25 +173,31 @@ class NvmlCaller:
         try:
             return fn(*args)
         except self._caught as exc:
-            if isinstance(exc, UnicodeDecodeError):  # garbage bytes from the driver
-                error = "UnicodeDecodeError"
-            else:
-                error = _short_name(self.nv, exc)
-            if error in expect:
-                return Missing(error)
-            if error in _ABSENT or error in _NOT_AVAILABLE:
-                absent_key, device_key = self._cache_keys(fn_name, args, gpu)
-                return self._not_available(fn_name, error, absent_key if error in _ABSENT else device_key, gpu)
-            self._count_error(fn_name, error, exc)
-            if error == "GpuIsLost":
-                raise GpuLostError(fn_name, error, str(exc)) from None
-            raise NvmlCallError(fn_name, error, str(exc)) from None
+            return self.failed(fn_name, args, gpu, expect, exc)
+
+    def failed(self, fn_name: str, args: tuple, gpu: DeviceTag | None, expect: tuple[str, ...], exc: BaseException):
+        """The outcome of ``fn_name(*args)`` raising ``exc`` (one of ``_caught``): Missing, NA,
+        or NvmlCallError / GpuLostError raised (see the class docstring)."""
+        if isinstance(exc, UnicodeDecodeError):  # garbage bytes from the driver
+            error = "UnicodeDecodeError"
+        else:
+            error = _short_name(self.nv, exc)
+        if error in expect:
+            return Missing(error)
+        if error in _ABSENT or error in _NOT_AVAILABLE:
+            absent_key, device_key = self._cache_keys(fn_name, args, gpu)
+            return self._not_available(fn_name, error, absent_key if error in _ABSENT else device_key, gpu)
+        self._count_error(fn_name, error, exc)
+        if error == "GpuIsLost":
+            raise GpuLostError(fn_name, error, str(exc)) from None
+        raise NvmlCallError(fn_name, error, str(exc)) from None
 
     def _not_available(self, fn_name: str, error: str, key: tuple, gpu: DeviceTag | None):
         model = gpu.model if gpu is not None and gpu.model else "this GPU"
         with self._lock:
             self._unavailable.add(key)
             self._unavailable_names.add(fn_name)
+            self._ready.pop(fn_name, None)
             warn_key = (fn_name, model if error in _NOT_AVAILABLE else "")
             first = warn_key not in self._warned
             self._warned.add(warn_key)

@@ -16,9 +16,9 @@ from exporter.backend.nvml_health import HealthReader
 from exporter.backend.nvml_mig import MigReader
 from exporter.backend.nvml_procs import ProcessReader, sharing_mode
 from exporter.backend.nvml_types import (
-    NA, SECTIONS, DeviceTag, NvmlCallError, PollContext, Supplied, field_of, frozen_maker, ok,
+    NA, SECTIONS, DeviceTag, NvmlCallError, PollContext, Supplied, device_tag, field_of, frozen_maker, ok,
 )
-from exporter.backend.procinfo import DeviceRef, ProcFs
+from exporter.backend.procinfo import ProcFs, device_ref
 from exporter.identity import Identifier
 from exporter.snapshot import DeviceHealth, GpuInfo
 
@@ -105,7 +105,7 @@ class GpuReader:
 
     def read(self) -> tuple[GpuInfo, set[str]]:
         """One poll of this GPU: (info, failed sections). Never raises."""
-        ctx = PollContext(self.caller, DeviceTag(self.name, self.uuid))
+        ctx = PollContext(self.caller, device_tag(self.name, self.uuid))
         try:
             info = self._read(ctx)
             if ctx.answers == 0 and ctx.failures:
@@ -183,12 +183,12 @@ class GpuReader:
     def _read(self, ctx: PollContext) -> GpuInfo:
         self._ensure_handle()
         h = self.handle
-        ctx.tag = DeviceTag(self.name, self.uuid)
+        ctx.tag = device_tag(self.name, self.uuid)
         # XIDs first: when the GPU falls off the bus the XID is the one thing worth having.
         xid_errors = self.xid.drain(ctx, h)
         mode = ctx.get("gpu", "nvmlDeviceGetMigMode", h)
         mig_mode = None if mode is None else mode[0] == self.nv.NVML_DEVICE_MIG_ENABLE
-        ctx.tag = DeviceTag(self.name, self.uuid, mig_mode)
+        ctx.tag = device_tag(self.name, self.uuid, mig_mode)
         total, used, free, reserved = ctx.memory("gpu", h)
         values = dict(
             index=self.index, uuid=self.uuid, name=self.name, pci_bus_id=self.pci_bus_id, up=True,
@@ -218,7 +218,7 @@ class GpuReader:
         else:
             self.mig.disabled()
             self.gpm.prune_gpu_instances(set())
-            processes, servers = self.procs.read(ctx, h, DeviceRef(self.index, self.uuid), on_mig=False)
+            processes, servers = self.procs.read(ctx, h, device_ref(self.index, self.uuid), on_mig=False)
         self.procs.end_poll()
         activity = None if "activity" in provided else self.gpm.gpu(ctx, h)
         if activity is not None:

@@ -8,7 +8,7 @@ The first poll has no previous sample and yields no activity.
 
 from __future__ import annotations
 
-from exporter.backend.nvml_types import PollContext, field_of, ok
+from exporter.backend.nvml_types import PollContext, field_of, frozen_maker, ok
 from exporter.snapshot import Activity
 
 # NVML_GPM_METRIC_* id -> Activity field. All are percentages 0..100 in NVML.
@@ -22,6 +22,9 @@ GPM_METRICS = (
     (10, "dram_active"),  # DRAM_BW_UTIL
     (1, "graphics_active"),  # GRAPHICS_UTIL
 )
+# One Activity per GPU and GPU instance each poll (21 on the mixed 8-GPU node), every field
+# given in field order: built without __init__'s eight object.__setattr__ calls.
+_activity = frozen_maker(Activity)
 
 
 class _Pair:
@@ -109,7 +112,7 @@ class GpmReader:
             if field_of(metric, "nvmlReturn") == 0:  # per-metric status: non-zero means no value
                 # Clamped: NVML can report slightly over 100% on MIG instances (DCGM#152).
                 values[field] = min(1.0, max(0.0, field_of(metric, "value") / 100.0))
-        return Activity(**values)
+        return _activity(**values)
 
     def _free(self, pair: _Pair) -> None:
         for sample in (pair.prev, pair.spare):

@@ -19,8 +19,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.backend.nvml_types import DeviceTag, PollContext, frozen_maker, ok
-from exporter.backend.procinfo import DeviceRef
+from exporter.backend.nvml_types import (
+    DeviceTag,
+    PollContext,
+    device_tag,
+    frozen_maker,
+    ok,
+)
+from exporter.backend.procinfo import device_ref
 from exporter.snapshot import MigInstance
 
 _mig_instance = frozen_maker(MigInstance)  # built without one object.__setattr__ per field
@@ -87,7 +93,7 @@ class MigReader:
         ``gpm`` None: instance activity comes from elsewhere (DCGM) and is not read here.
         """
         self._read_profiles(ctx, parent)
-        mig_tag = DeviceTag(ctx.tag.model, ctx.tag.uuid, True, on_mig=True)
+        mig_tag = device_tag(ctx.tag.model, ctx.tag.uuid, True, True)  # on_mig
         instances, processes, servers = [], [], []
         activity_by_gi: dict[int, object] = {}
         live_gpm_keys = set()
@@ -95,7 +101,7 @@ class MigReader:
         for index, handle, uuid, place in self._devices(ctx, parent, mig_tag):
             profile = self.profiles.get(place.profile_id)
             total, used, free, _ = ctx.memory("mig", handle, tag=mig_tag)
-            dev = DeviceRef(gpu_index, gpu_uuid, uuid, place.gi, place.ci)
+            dev = device_ref(gpu_index, gpu_uuid, uuid, place.gi, place.ci)
             procs_here, servers_here = procs.read(ctx, handle, dev, on_mig=True, tag=mig_tag)
             processes.extend(procs_here)
             servers.extend(servers_here)

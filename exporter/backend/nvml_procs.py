@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 
 from exporter.backend.nvml_types import NA, DeviceTag, PollContext, field_of, frozen_maker, ok
 from exporter.backend.procinfo import DeviceRef, ProcFs, mps_memory_limit, mps_thread_ratio, select_environ
@@ -27,6 +28,8 @@ from exporter.redact import redact_cmdline
 from exporter.snapshot import MpsServer, ProcessInfo
 
 _process_info = frozen_maker(ProcessInfo)  # every field given: built without 19 object.__setattr__ calls
+# One record per (pid, gi) for as long as the server runs (frozen: the same object every poll).
+_mps_server = lru_cache(maxsize=1024, typed=True)(MpsServer)
 MPS_SERVER_NAME = "nvidia-cuda-mps-server"
 _COMM_LEN = 15  # the kernel truncates /proc/<pid>/comm to 15 characters
 
@@ -117,7 +120,7 @@ class ProcessReader:
                 namespace=pod.namespace if pod else "", pod=pod.pod if pod else "",
                 container=pod.container if pod else "",
                 replica=replicas[pid]))
-        servers = [MpsServer(pid=pid, gi=dev.gi) for pid in sorted(server_pids)]
+        servers = [_mps_server(pid, dev.gi) for pid in sorted(server_pids)]
         return processes, servers
 
     # -- steps --------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Mapping
 
 log = logging.getLogger(__name__)
@@ -138,6 +139,12 @@ class DeviceRef:
     mig_uuid: str | None = None  # "MIG-..." when the client runs on a MIG instance
     gi: int | None = None
     ci: int | None = None
+
+
+# The same reference for the same device: a poll of the 8-GPU mixed node names each plain GPU and
+# each MIG instance once (18 frozen records through __init__), with values that change only when
+# a MIG layout does. Frozen, so one object serves every poll; typed, as DeviceTag's cache.
+device_ref = lru_cache(maxsize=1024, typed=True)(DeviceRef)
 
 
 _SIZE_RE = re.compile(r"^(\d+)\s*([KMGT])(?:I?B)?$", re.IGNORECASE)

@@ -19,6 +19,7 @@ from exporter.backend.choose import DcgmOptions, open_backend, open_nvml
 from exporter.backend.nvml import NvmlBackend
 from exporter.backend.procinfo import ProcFs
 from exporter.errors import UserError
+from exporter.frozen import replace
 from exporter.identity import Identifier
 from exporter.sim import Simulation
 from exporter.sim.model import Scenario
@@ -164,7 +165,7 @@ class SimBackend:
         self.sim.advance_to(self._time)
         snapshot = self.inner.poll()
         info = SimulationInfo(time_seconds=self._time, oom_kills=self.sim.oom_kills, epoch=self.sim.boot_time)
-        return dataclasses.replace(snapshot, simulation=info)
+        return replace(snapshot, simulation=info)  # a copy by __dict__ (exporter.frozen)
 
     @property
     def calls_last_poll(self) -> int:
