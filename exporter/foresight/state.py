@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from exporter.foresight.basis import workload_of
+from exporter.foresight.cadence import HeldForecast, advanced, identity_of, reusable
 from exporter.foresight.calibration import OutcomeLearner
 from exporter.foresight.confidence import ConfidenceHold, after_kill, contention_confidence, hold_confidence
 from exporter.foresight.exhaustion import TrendWindow
@@ -45,6 +46,7 @@ DEFAULT_POLL_INTERVAL = 15.0  # assumed until two polls have been seen
 
 RunId = tuple[str, "int | None", int]  # (GPU uuid, gi, pid)
 _process_row = positional_maker(ProcessRow)  # ProcessRow(*every field), built faster
+_device_row = positional_maker(DeviceRow)
 
 
 class Foresight:
@@ -86,6 +88,9 @@ class Foresight:
         self._times: deque[float] = deque(maxlen=11)
         self._time_appends = 0  # bumps with every append to _times: the poll_interval cache key
         self._interval_cache: tuple[int, float] | None = None
+        # device -> its last forecast, reused between forecasts (exporter.foresight.cadence)
+        self._held: dict[tuple[str, int | None], HeldForecast] = {}
+        self._learned = 0  # bumps whenever an outcome adjustment may have changed (profiles: planner.generation)
         self._lock = threading.Lock()
         self._result = ForesightResult(profiles_stored=len(self.profiles), store_ok=self._store_ok())
 
@@ -178,6 +183,8 @@ class Foresight:
             self.outcomes.forecast((row.uuid, row.gi), row.forecast.headroom_bytes, now)
         self.outcomes.devices_without({(row.uuid, row.gi) for row in devices}, now)
         settled = self.outcomes.settle(now)
+        if settled or (finished and self.learner.outcomes):  # outcome adjustments may have changed
+            self._learned += 1
         if settled:
             self.learner.settled(settled, [((uuid, gi), live) for (uuid, gi, _), live in self._live.items()], now)
         self._observed_once = True
@@ -200,6 +207,14 @@ class Foresight:
         device_key = (gpu.uuid, domain.gi)
         interval = self.poll_interval
         lives = [self._track((gpu.uuid, proc.gi, proc.pid), proc, now, domain, sim_time) for proc in domain.processes]
+        window = self._trend(device_key, now, used)
+        warned = self.outcomes.warning_up(device_key)
+        held = self._held.get(device_key)
+        # what was learned of these runs' workloads (their profiles; outcome adjustments of any)
+        learned = (self._learned, *map(self.planner.generation, lives))
+        if reusable(held, now, interval, lives, domain.processes, capacity, used, learned, warned):
+            device = advanced(held.device, held.at, now, window.eta(capacity), _device_row)
+            return device, held.rows
         plans = [self.planner.plan(live, capacity, self._slowdowns.get(device_key, 1.0), interval) for live in lives]
         # A late run stretches its co-tenants' timelines too (they share the slowdown), but
         # only measured slowdowns decide when a landmark counts as crossed unseen: a run's own
@@ -214,10 +229,8 @@ class Foresight:
             factors = [self.learner.factor(workload_of(live.run.key)) if s.profile is not None else 1.0
                        for s, live in zip(states, lives)]
             states = [s if f == 1.0 else replace(s, adjust=f) for s, f in zip(states, factors)]
-        window = self._trend(device_key, now, used)
         other = (used or 0) - sum(s.used_bytes for s in states)
         forecast = forecast_device(states, capacity, other, interval, slowdown)
-        warned = self.outcomes.warning_up(device_key)
         for state, live, factor in zip(states, lives, factors):
             live.ends_at = None if state.pid not in forecast.ends_in else now + forecast.ends_in[state.pid]
             if warned and state.profile is not None:  # the peak outcomes are judged against, unadjusted
@@ -229,8 +242,8 @@ class Foresight:
         confidence, self._confidence[device_key] = hold_confidence(
             raw, self._confidence.get(device_key), now, -(forecast.headroom_bytes or 0), capacity, OUTCOME_GRACE,
             frozenset() if raw is None else frozenset(s.pid for s in states))
-        device = None if unread else DeviceRow(gpu.index, gpu.uuid, domain.gi, domain.profile, forecast,
-                                               window.eta(capacity), confidence)
+        device = None if unread else _device_row(gpu.index, gpu.uuid, domain.gi, domain.profile, forecast,
+                                                 window.eta(capacity), confidence)
         contended = forecast.contention_in_seconds is not None and not unread
         rows = [
             _process_row(gpu.index, gpu.uuid, proc.gi, proc.pid, proc.name, process_sharing(gpu, proc),
@@ -241,6 +254,9 @@ class Foresight:
                        proc.namespace, proc.pod, proc.container, proc.replica, state.basis)
             for proc, state, live in zip(domain.processes, states, lives)
         ]
+        self._held[device_key] = HeldForecast(now, tuple(lives), identity_of(domain.processes), capacity, used,
+                                              tuple(p.used_memory_bytes for p in domain.processes), learned,
+                                              warned, device, rows)
         return device, rows
 
     def _track(self, run_id: RunId, proc: ProcessInfo, now: float, domain: MemoryDomain,
