@@ -44,7 +44,7 @@ class HeldForecast:
     capacity: int | None
     used: int | None  # the domain's use at the forecast
     process_used: tuple  # each process's use at the forecast
-    learned: int  # Foresight's learning generation at the forecast
+    learned: tuple  # what was learned of its runs' workloads then (Foresight._forecast_domain)
     warned: bool  # the domain's contention warning was up
     device: object  # the DeviceRow (or None) of the forecast, as exported then
     rows: list  # its ProcessRows
@@ -56,13 +56,15 @@ def identity_of(processes: Sequence) -> tuple:
                  for p in processes)
 
 
-def reusable(held: HeldForecast | None, now: float, interval: float, lives: Sequence, processes: Sequence,
-             capacity: int | None, used: int | None, learned: int, warned: bool) -> bool:
-    """True when ``held`` still stands for this poll of its domain (module docstring)."""
-    if held is None or interval >= FORECAST_SECONDS:
+def reusable(held: HeldForecast | None, now: float, interval: float, longest: float, lives: Sequence,
+             processes: Sequence, capacity: int | None, used: int | None, learned: tuple, warned: bool) -> bool:
+    """True when ``held`` still stands for this poll of its domain (module docstring); ``longest``:
+    the most seconds a forecast is reused (FORECAST_SECONDS unless the Foresight was told otherwise)."""
+    if held is None or interval >= longest:
         return False
-    # at most FORECAST_SECONDS old at the next poll too, with half a poll of slack for jitter
-    if now < held.at or now - held.at > FORECAST_SECONDS - interval / 2:
+    # younger than ``longest`` at this poll, with half a poll of slack for jitter (at 1 s polls: reused
+    # at 1-4 s, forecast afresh at 5 s; at 5 s polls: every poll)
+    if now < held.at or now - held.at > longest - interval / 2:
         return False
     if (capacity != held.capacity or learned != held.learned or warned != held.warned
             or len(lives) != len(held.lives) or (used is None) != (held.used is None)):

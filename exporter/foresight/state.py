@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from exporter.foresight.basis import workload_of
-from exporter.foresight.cadence import HeldForecast, advanced, identity_of, reusable
+from exporter.foresight.cadence import FORECAST_SECONDS, HeldForecast, advanced, identity_of, reusable
 from exporter.foresight.calibration import OutcomeLearner
 from exporter.foresight.confidence import ConfidenceHold, after_kill, contention_confidence, hold_confidence
 from exporter.foresight.exhaustion import TrendWindow
@@ -60,14 +60,17 @@ class Foresight:
         trend_window: float = 300.0,
         max_exported_workloads: int = 50,
         max_profiles: int = DEFAULT_MAX_PROFILES,
+        forecast_seconds: float = FORECAST_SECONDS,
     ) -> None:
         """``state_dir`` None keeps profiles in memory only; ``rules`` come from parse_rules();
-        intervals and windows are in seconds."""
+        intervals and windows are in seconds; ``forecast_seconds`` is the longest a domain's forecast
+        is reused between polls (exporter.foresight.cadence; 0: every poll forecasts)."""
         self.rules = tuple(rules)
         self.persist_interval = persist_interval
         self.trend_window = trend_window
         self.max_exported_workloads = max_exported_workloads
         self.max_profiles = max_profiles
+        self.forecast_seconds = forecast_seconds
         self.store = ProfileStore(state_dir, max_profiles) if state_dir is not None else None
         self.profiles: dict[str, WorkloadProfile] = self.store.load() if self.store else {}
         self.healthy = True  # False after observe() failed; the previous result is kept
@@ -212,7 +215,8 @@ class Foresight:
         held = self._held.get(device_key)
         # what was learned of these runs' workloads (their profiles; outcome adjustments of any)
         learned = (self._learned, *map(self.planner.generation, lives))
-        if reusable(held, now, interval, lives, domain.processes, capacity, used, learned, warned):
+        if reusable(held, now, interval, self.forecast_seconds, lives, domain.processes, capacity, used, learned,
+                    warned):
             device = advanced(held.device, held.at, now, window.eta(capacity), _device_row)
             return device, held.rows
         plans = [self.planner.plan(live, capacity, self._slowdowns.get(device_key, 1.0), interval) for live in lives]
