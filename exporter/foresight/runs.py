@@ -104,7 +104,8 @@ class RunPlanner:
                 first -= 1  # samples taken while the forecast was reused (exporter.foresight.cadence)
             peak = live.fed_peak
             for age, value in points[first:-1]:
-                peak = max(peak, value)
+                if value > peak:
+                    peak = value
                 progress.feed(age, value, peak, slowdown, interval)
             age, value = points[-1]
             progress.feed(age, value, run.peak_bytes, slowdown, interval)

@@ -93,6 +93,8 @@ class Foresight:
         self._interval_cache: tuple[int, float] | None = None
         # device -> its last forecast, reused between forecasts (exporter.foresight.cadence)
         self._held: dict[tuple[str, int | None], HeldForecast] = {}
+        self._profiles_version = 0  # bumps whenever ``profiles`` changes (the exported profiles' cache key)
+        self._exported: tuple | None = None  # (cache key, the exported profiles)
         self._learned = 0  # bumps whenever an outcome adjustment may have changed (profiles: planner.generation)
         self._lock = threading.Lock()
         self._result = ForesightResult(profiles_stored=len(self.profiles), store_ok=self._store_ok())
@@ -134,6 +136,7 @@ class Foresight:
         with self._lock:
             taken = [p for p in imported
                      if p.key not in self.profiles or p.updated_at >= self.profiles[p.key].updated_at]
+            self._profiles_version += 1
             for profile in taken:
                 self.profiles[profile.key] = profile
                 self.planner.index(profile.key)
@@ -354,11 +357,13 @@ class Foresight:
     def _learn(self, profile: WorkloadProfile) -> None:
         """Keep a new or changed profile, and only the max_profiles most recently updated."""
         if self.profiles.get(profile.key) is not profile:
+            self._profiles_version += 1
             self.profiles[profile.key] = profile
             self._dirty.add(profile.key)
             self.planner.index(profile.key)
         excess = len(self.profiles) - self.max_profiles
         if excess > 0:
+            self._profiles_version += 1
             for key in sorted(self.profiles, key=lambda k: self.profiles[k].updated_at)[:excess]:
                 del self.profiles[key]
                 self._dirty.discard(key)
@@ -393,9 +398,16 @@ class Foresight:
         return grown
 
     def _exported_profiles(self, running: set[str]) -> tuple[tuple[str, WorkloadProfile], ...]:
-        """Profiles to export: those of running workloads first, then the newest, up to the cap."""
+        """Profiles to export: those of running workloads first, then the newest, up to the cap.
+
+        The same tuple as last poll while no profile changed and the same workloads run (most polls)."""
+        key = (self._profiles_version, self.max_exported_workloads, frozenset(running))
+        if self._exported is not None and self._exported[0] == key:
+            return self._exported[1]
         ordered = sorted(self.profiles.values(), key=lambda p: (p.key not in running, -p.updated_at, p.key))
-        return tuple((workload_label(p.key), p) for p in ordered[: self.max_exported_workloads])
+        exported = tuple((workload_label(p.key), p) for p in ordered[: self.max_exported_workloads])
+        self._exported = (key, exported)
+        return exported
 
     def _exported_adjustments(self, running: set[str]) -> tuple[tuple[str, float, float], ...]:
         """(label, slack, margin) of workloads whose outcomes changed their forecast, running ones
