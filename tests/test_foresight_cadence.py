@@ -7,7 +7,7 @@ import pytest
 
 from exporter.foresight import Foresight
 from exporter.foresight.cadence import FORECAST_SECONDS, MOVE_SHARE
-from foresight_scenarios import GiB, H100_RESERVED, H100_TOTAL, Job, learn_solo_run, mps_gpu_snapshot
+from foresight_scenarios import GiB, H100_RESERVED, H100_TOTAL, Job, learn_solo_run, mig_snapshot, mps_gpu_snapshot
 
 CAPACITY = H100_TOTAL - H100_RESERVED
 
@@ -117,7 +117,7 @@ def test_memory_moving_more_than_the_share_forecasts_afresh():
         same = feed(foresight, [job], [t + 31])[0]
         t += 1
     assert same.processes[0] is held.processes[0]
-    level["bytes"] += int(MOVE_SHARE * CAPACITY)  # beyond it: a fresh forecast at this poll
+    level["bytes"] += int(2 * MOVE_SHARE * CAPACITY)  # beyond it: a fresh forecast at this poll
     moved = feed(foresight, [job], [t + 31])[0]
     assert moved.processes[0] is not held.processes[0]
     assert moved.processes[0].expected_peak_bytes == level["bytes"]
@@ -131,3 +131,28 @@ def test_learning_stays_per_poll():
     feed(foresight, [job], [t + n for n in range(40)])
     (live,) = foresight._live.values()
     assert live.run.samples == 40
+
+
+def test_a_profile_learned_elsewhere_forecasts_afresh_where_its_workload_runs():
+    """A run that ends on one MIG instance teaches its workload's profile: the next poll forecasts the
+    other instance running the same workload afresh, though nothing changed there."""
+    foresight = Foresight()
+    instances = [(1, "3g.40gb", 40 * GiB), (2, "3g.40gb", 40 * GiB)]
+    small = lambda age: 8 * GiB if age < 100 else 12 * GiB  # noqa: E731
+    jobs = [Job(pid=100, start=1005.0, memory=small, duration=150, gi=1, cmdline="python serve.py"),
+            Job(pid=101, start=1005.0, memory=small, duration=400, gi=2, cmdline="python serve.py")]
+
+    def rows_at(t):
+        foresight.observe(mig_snapshot(t, jobs, instances), now=t)
+        return {row.gi: row for row in foresight.result().processes}
+
+    for t in range(1000, 1155):
+        before = rows_at(float(t))
+    assert set(before) == {1, 2}
+    ended = rows_at(1155.0)  # job 100 is gone (its instance forecasts afresh), and learned
+    assert set(ended) == {2}
+    assert [p.runs for p in foresight.profiles.values()] == [1]
+    after = rows_at(1156.0)
+    assert after[2] is not ended[2]  # forecast afresh, one second after, on what was learned
+    assert after[2].basis == "learned"
+    assert rows_at(1157.0)[2] is after[2]  # and then held again

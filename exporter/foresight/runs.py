@@ -76,10 +76,6 @@ class RunPlanner:
         self.sizes.get(workload, set()).discard(key)
         self._generation[workload] = self._generation.get(workload, 0) + 1
 
-    def generation(self, live: LiveRun) -> int:
-        """A count that changes whenever a profile of the run's workload is added, replaced or dropped."""
-        return self._generation.get(workload_of(live.run.key), 0)
-
     def plan(self, live: LiveRun, capacity: int | None, slowdown: float, interval: float):
         """(profile, basis, progress) of a live run: the profile it follows, if any (see basis.py)."""
         run = live.run

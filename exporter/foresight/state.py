@@ -95,7 +95,10 @@ class Foresight:
         self._held: dict[tuple[str, int | None], HeldForecast] = {}
         self._profiles_version = 0  # bumps whenever ``profiles`` changes (the exported profiles' cache key)
         self._exported: tuple | None = None  # (cache key, the exported profiles)
-        self._learned = 0  # bumps whenever an outcome adjustment may have changed (profiles: planner.generation)
+        self._learned = 0  # bumps whenever an outcome adjustment may have changed
+        # workload -> bumps whenever a usable profile of it (one forecasts can rest on) is added, replaced or
+        # dropped; a provisional one (runs 0) drives no forecast (RunPlanner.plan), so its changes do not count
+        self._usable_changes: dict[str, int] = {}
         self._lock = threading.Lock()
         self._result = ForesightResult(profiles_stored=len(self.profiles), store_ok=self._store_ok())
 
@@ -138,6 +141,7 @@ class Foresight:
                      if p.key not in self.profiles or p.updated_at >= self.profiles[p.key].updated_at]
             self._profiles_version += 1
             for profile in taken:
+                self._usable_changed(profile.key)
                 self.profiles[profile.key] = profile
                 self.planner.index(profile.key)
             if self.store:
@@ -217,7 +221,8 @@ class Foresight:
         warned = self.outcomes.warning_up(device_key)
         held = self._held.get(device_key)
         # what was learned of these runs' workloads (their profiles; outcome adjustments of any)
-        learned = (self._learned, *map(self.planner.generation, lives))
+        changes = self._usable_changes
+        learned = (self._learned, *[changes.get(workload_of(live.run.key), 0) for live in lives])
         if reusable(held, now, interval, self.forecast_seconds, lives, domain.processes, capacity, used, learned,
                     warned):
             device = advanced(held.device, held.at, now, window.eta(capacity), _device_row)
@@ -356,7 +361,10 @@ class Foresight:
 
     def _learn(self, profile: WorkloadProfile) -> None:
         """Keep a new or changed profile, and only the max_profiles most recently updated."""
-        if self.profiles.get(profile.key) is not profile:
+        old = self.profiles.get(profile.key)
+        if old is not profile:
+            if profile.usable or (old is not None and old.usable):
+                self._usable_changed(profile.key)
             self._profiles_version += 1
             self.profiles[profile.key] = profile
             self._dirty.add(profile.key)
@@ -365,9 +373,15 @@ class Foresight:
         if excess > 0:
             self._profiles_version += 1
             for key in sorted(self.profiles, key=lambda k: self.profiles[k].updated_at)[:excess]:
+                if self.profiles[key].usable:
+                    self._usable_changed(key)
                 del self.profiles[key]
                 self._dirty.discard(key)
                 self.planner.forget(key)
+
+    def _usable_changed(self, key: str) -> None:
+        workload = workload_of(key)
+        self._usable_changes[workload] = self._usable_changes.get(workload, 0) + 1
 
     def _persist(self, now: float | None, force: bool) -> None:
         """Every persist_interval (or when forced): learn from running runs, save changed profiles."""
