@@ -8,16 +8,17 @@ recomputed only when something it rests on changed:
 - the domain's processes changed: one arrived or exited (a kill included), a pid now runs
   another workload, or a process's identity labels (name, pod, container, replica, MPS client)
   changed; or its capacity did;
-- memory moved: a process, or the domain as a whole, holds more than MOVE_SHARE above or below
-  what it held at the forecast (or its use became known or unknown). MOVE_SHARE is the
-  forecast's own band for "holding level" (exporter.foresight.forecast.STEADY_BAND): a run
-  within it is treated as steady by the forecast, so it says nothing new;
-- anything learned: a profile or an outcome adjustment changed (a run ended, a persist learned
-  from running runs), or the contention warning of the domain went up or down;
-- or FORECAST_SECONDS passed on the poll clock since the forecast. Leads are minutes and the
-  contention rules wait 30 s or more (alerts/), so a forecast at most a few seconds old costs
-  them nothing; FORECAST_SECONDS is the poll interval the accuracy corpus is scored at
-  (bench/foresight_accuracy.py: 5 s).
+- memory moved: the domain's use, or the sum of its processes' moves, by more than MOVE_SHARE
+  of its capacity since the forecast (or a use became known or unknown). Between forecasts the
+  byte figures served (headroom, peak demand, expected peaks) rest on memory within that share
+  of the capacity of what it is now;
+- anything learned: a usable profile of one of its workloads (one a forecast can rest on) was
+  added, replaced or dropped, an outcome adjustment changed, or the domain's contention warning
+  went up or down;
+- or FORECAST_SECONDS passed on the poll clock since the forecast. Leads are minutes, the
+  contention rules wait 10-30 s (alerts/: ``for``) and were tuned and scored on forecasts made
+  FORECAST_SECONDS apart (bench/foresight_accuracy.py polls every 5 s), so a forecast a few
+  seconds old costs them nothing.
 
 At a poll interval of FORECAST_SECONDS or more every poll forecasts, as before. In between,
 the reused forecast's time-derived figure is advanced: seconds to contention count down by the
