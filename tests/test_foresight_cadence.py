@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.collectors.forecast import ForecastCollector
 from exporter.foresight import Foresight
 from exporter.foresight.cadence import FORECAST_SECONDS, MOVE_SHARE
 from foresight_scenarios import GiB, H100_RESERVED, H100_TOTAL, Job, learn_solo_run, mig_snapshot, mps_gpu_snapshot
@@ -156,3 +157,16 @@ def test_a_profile_learned_elsewhere_forecasts_afresh_where_its_workload_runs():
     assert after[2] is not ended[2]  # forecast afresh, one second after, on what was learned
     assert after[2].basis == "learned"
     assert rows_at(1157.0)[2] is after[2]  # and then held again
+
+
+def test_the_collector_serves_what_a_fresh_collector_would():
+    """The forecast collector keeps series with the records they came from: at every poll, held
+    forecast or fresh, its series are those of a collector that never saw an earlier poll."""
+    cadenced, _ = pair()
+    kept = ForecastCollector(cadenced)
+    t = 1_000_000.0 + 600.0
+    jobs = [Job(pid=200 + i, start=t + 3 * i, duration=60.0 + 7 * i) for i in range(3)]
+    for now in [t + n for n in range(90)]:
+        feed(cadenced, jobs, [now])
+        series = [(f.spec.name, list(f.rows.items())) for f in kept.collect_series()]
+        assert series == [(f.spec.name, list(f.rows.items())) for f in ForecastCollector(cadenced).collect_series()]
