@@ -7,7 +7,7 @@ import pytest
 
 from exporter.collectors.forecast import ForecastCollector
 from exporter.foresight import Foresight
-from exporter.foresight.cadence import FORECAST_SECONDS, MOVE_SHARE
+from exporter.foresight.cadence import FORECAST_SECONDS, IMMINENT_SECONDS, MOVE_SHARE
 from foresight_scenarios import GiB, H100_RESERVED, H100_TOTAL, Job, learn_solo_run, mig_snapshot, mps_gpu_snapshot
 
 CAPACITY = H100_TOTAL - H100_RESERVED
@@ -170,3 +170,19 @@ def test_the_collector_serves_what_a_fresh_collector_would():
         feed(cadenced, jobs, [now])
         series = [(f.spec.name, list(f.rows.items())) for f in kept.collect_series()]
         assert series == [(f.spec.name, list(f.rows.items())) for f in ForecastCollector(cadenced).collect_series()]
+
+
+def test_an_imminent_collision_is_forecast_every_poll():
+    """Within IMMINENT_SECONDS of a predicted collision every poll forecasts afresh (the imminent rule's
+    window; the confidence counts polls in a row there), as a Foresight without the cadence does."""
+    cadenced, every = pair()
+    t = 1_000_000.0 + 600.0
+    jobs = [Job(pid=200 + i, start=t) for i in range(3)]  # together: they collide at their common peak
+    times = [t + n for n in range(470)]
+    a, b = feed(cadenced, jobs, times), feed(every, jobs, times)
+    imminent = [n for n, r in enumerate(a) if r.devices[0].forecast.contention_in_seconds is not None
+                and r.devices[0].forecast.contention_in_seconds <= IMMINENT_SECONDS]
+    assert len(imminent) >= 10
+    for n in imminent[1:]:
+        assert a[n].processes[0] is not a[n - 1].processes[0]  # a fresh forecast
+        assert a[n] == b[n]

@@ -15,6 +15,7 @@ recomputed only when something it rests on changed:
 - anything learned: a usable profile of one of its workloads (one a forecast can rest on) was
   added, replaced or dropped, an outcome adjustment changed, or the domain's contention warning
   went up or down;
+- a collision is predicted within IMMINENT_SECONDS (then every poll forecasts);
 - or FORECAST_SECONDS passed on the poll clock since the forecast. Leads are minutes, the
   contention rules wait 10-30 s (alerts/: ``for``) and were tuned and scored on forecasts made
   FORECAST_SECONDS apart (bench/foresight_accuracy.py polls every 5 s), so a forecast a few
@@ -33,6 +34,10 @@ from typing import Sequence
 
 FORECAST_SECONDS = 5.0  # the longest a domain's forecast is reused (poll clock seconds)
 MOVE_SHARE = 0.01  # memory moved by more than this share of the domain's capacity: forecast again
+# A collision predicted this close is forecast every poll: the imminent critical rule's ETA bound
+# (alerts/gpushare-memory.yml), where each poll's news counts, and the confidence's bookkeeping of a
+# collision due "now" counts polls in a row (exporter.foresight.confidence).
+IMMINENT_SECONDS = 30.0
 
 
 @dataclass
@@ -62,6 +67,9 @@ def reusable(held: HeldForecast | None, now: float, interval: float, longest: fl
     """True when ``held`` still stands for this poll of its domain (module docstring); ``longest``:
     the most seconds a forecast is reused (FORECAST_SECONDS unless the Foresight was told otherwise)."""
     if held is None or interval >= longest:
+        return False
+    contention = None if held.device is None else held.device.forecast.contention_in_seconds
+    if contention is not None and contention - (now - held.at) <= IMMINENT_SECONDS:
         return False
     # younger than ``longest`` at this poll, with half a poll of slack for jitter (at 1 s polls: reused
     # at 1-4 s, forecast afresh at 5 s; at 5 s polls: every poll)
