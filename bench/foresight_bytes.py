@@ -4,6 +4,7 @@
     PYTHONPATH=<other checkout> python bench/foresight_bytes.py > before.txt
     diff before.txt after.txt        # no output: the same bytes, poll by poll
     python bench/foresight_bytes.py --show exhaustion_eta   # those lines printed, the rest digested
+    python bench/foresight_bytes.py --every-poll     # a forecast every poll (Foresight(forecast_seconds=0))
 
 The exporter is built as ``exporter serve`` builds it (bench/poll_profile.py's ``build``:
 SimBackend, serve's poller with foresight, ``--process-series pod``, pods where the scenario
@@ -11,6 +12,11 @@ has them) and polled one virtual second apart. The default 330 polls fill foresi
 300-second exhaustion window, cross several 60-second persists (profiles learned from running
 runs) and see runs end, so every per-poll path of foresight is in the digests. Lines that time
 the exporter itself are left out (bench/dcgm_bytes.py's TIMING); every other byte is digested.
+
+At this 1-second poll the foresight reuses a domain's forecast for up to 5 s while nothing it rests
+on changes (exporter/foresight/cadence.py), so a change to that cadence changes the digests by
+design; ``--every-poll`` turns the cadence off (a tree whose Foresight has none ignores it) to
+check that a speed-up of the forecast itself changes no byte.
 """
 
 from __future__ import annotations
@@ -30,13 +36,18 @@ from poll_profile import build  # noqa: E402
 CASES = (("h100-mixed-node", 600.0), ("k8s-shared-node", 120.0))
 
 
-def digests(polls: int = 330, show: str | None = None) -> list[str]:
+def digests(polls: int = 330, show: str | None = None, every_poll: bool = False) -> list[str]:
     """One line per poll: the digest of its /metrics (less TIMING lines and the lines that
     contain ``show``), then the lines that contain ``show``, as they are."""
     shown = show.encode() if show else None
     out = []
     for scenario, at in CASES:
         backend, poller = build(scenario, at)
+        if every_poll:
+            for observer in poller._observers:
+                owner = getattr(observer, "__self__", None)
+                if type(owner).__name__ == "Foresight":
+                    owner.forecast_seconds = 0.0
         try:
             for n in range(polls):
                 backend.step_to(at + n + 1)
@@ -59,5 +70,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("polls", nargs="?", type=int, default=330)
     parser.add_argument("--show", help="print the lines that contain this text instead of digesting them")
+    parser.add_argument("--every-poll", action="store_true", help="forecast every poll (no cadence)")
     args = parser.parse_args()
-    print("\n".join(digests(args.polls, args.show)))
+    print("\n".join(digests(args.polls, args.show, args.every_poll)))

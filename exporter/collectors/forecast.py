@@ -119,6 +119,22 @@ class ForecastCollector:
         self._peak = with_mode_labels(EXPECTED_PEAK, process_series)
         at_contention = with_mode_labels(AT_CONTENTION, process_series)
         self._at_contention = replace(at_contention, labels=at_contention.labels + ("basis",))
+        self._kept: dict = {}  # what collect_series made last time, by GPU, device and "profiles" (see there)
+
+    def _process_series(self, index: int, uuid: str, rows: tuple) -> list[tuple]:
+        """(spec, label values, value) of one GPU's process rows."""
+        series = []
+        # The same series as gpushare_process_memory_used_bytes: peaks of a container (or
+        # replica slot) add up like its memory does.
+        for labels, members in group(rows, gpu_labels(index, uuid), _row_fields, self.mode):
+            if len(members) == 1:
+                series.append((self._peak, labels, members[0].expected_peak_bytes))
+                series.append((self._at_contention, labels + (members[0].basis,), members[0].at_contention_bytes))
+                continue
+            series.append((self._peak, labels, known_total([r.expected_peak_bytes for r in members])))
+            series.append((self._at_contention, labels + (weakest_basis(r.basis for r in members),),
+                           known_total([r.at_contention_bytes for r in members])))
+        return series
 
     def section_ok(self) -> bool:
         """False when the last Foresight.observe() failed (the previous forecast is still served)."""
@@ -135,24 +151,32 @@ class ForecastCollector:
         by_gpu: dict[tuple[int, str], list] = {}
         for row in result.processes:
             by_gpu.setdefault((row.gpu, row.uuid), []).append(row)
+        # A GPU's rows, a device's row and the exported profiles are mostly the very records of the
+        # poll before (the forecast is reused between forecasts: exporter.foresight.cadence): their
+        # series are kept with the records they came from, and made again unless the records are the
+        # same objects (identity, not equality: 0.0 == -0.0, and NaN != NaN).
+        made: dict = {}
+        kept = self._kept
         for (index, uuid), rows in by_gpu.items():
-            # The same series as gpushare_process_memory_used_bytes: peaks of a container (or
-            # replica slot) add up like its memory does.
-            for labels, members in group(rows, gpu_labels(index, uuid), _row_fields, self.mode):
-                if len(members) == 1:
-                    out.add(self._peak, labels, members[0].expected_peak_bytes)
-                    out.add(self._at_contention, labels + (members[0].basis,), members[0].at_contention_bytes)
-                    continue
-                out.add(self._peak, labels, known_total([r.expected_peak_bytes for r in members]))
-                out.add(self._at_contention, labels + (weakest_basis(r.basis for r in members),),
-                        known_total([r.at_contention_bytes for r in members]))
+            key, rows = (index, uuid), tuple(rows)
+            held = kept.get(key)
+            series = held[1] if held is not None and _same(held[0], rows) else self._process_series(index, uuid, rows)
+            made[key] = (rows, series)
+            for spec, labels, value in series:
+                out.add(spec, labels, value)
         for device in result.devices:
-            _add_device(out, device)
-        for label, profile in result.profiles:
-            out.add(PROFILE_PEAK, (label,), profile.peak_bytes)
-            out.add(PROFILE_DURATION, (label,), profile.duration_seconds)
-            out.add(PROFILE_OFFSET, (label,), profile.peak_offset_seconds)
-            out.add(PROFILE_RUNS, (label,), profile.runs)
+            key = (device.uuid, device.gi)
+            held = kept.get(key)
+            series = held[1] if held is not None and held[0] is device else _device_series(device)
+            made[key] = (device, series)
+            for spec, labels, value in series:
+                out.add(spec, labels, value)
+        held = kept.get("profiles")
+        series = held[1] if held is not None and _same(held[0], result.profiles) else _profile_series(result.profiles)
+        made["profiles"] = (result.profiles, series)
+        for spec, labels, value in series:
+            out.add(spec, labels, value)
+        self._kept = made
         for index, uuid, hit, missed, oom, none in result.outcomes:
             ids = gpu_labels(index, uuid)
             out.add(SUSPECTED_OOM, ids + ("true",), hit)
@@ -177,18 +201,36 @@ def _row_fields(row):
             row.container, row.replica)
 
 
-def _add_device(out: Families, device: DeviceRow) -> None:
-    """The forecast series of one GPU or MIG instance."""
+def _same(before: tuple, now: tuple) -> bool:
+    """True when both hold the same objects in the same order."""
+    return len(before) == len(now) and all(a is b for a, b in zip(before, now))
+
+
+def _device_series(device: DeviceRow) -> list[tuple]:
+    """(spec, label values, value) of the forecast series of one GPU or MIG instance."""
     if device.gi is None:
         specs, ids = GPU_SPECS, gpu_labels(device.gpu, device.uuid)
     else:
         specs, ids = MIG_SPECS, gpu_labels(device.gpu, device.uuid) + (gi_label(device.gi), device.profile)
     forecast = device.forecast
-    out.add(specs["demand"], ids, forecast.peak_demand_bytes)
-    out.add(specs["sum"], ids, forecast.peak_sum_bytes)
-    out.add(specs["headroom"], ids, forecast.headroom_bytes)
-    out.add(specs["contention"], ids, forecast.contention_in_seconds)
-    out.add(specs["stagger"], ids, forecast.stagger_seconds)
-    out.add(specs["exhaustion"], ids, device.exhaustion_eta_seconds)
-    out.add(specs["slowdown"], ids, forecast.slowdown)
-    out.add(specs["confidence"], ids, device.confidence)
+    return [
+        (specs["demand"], ids, forecast.peak_demand_bytes),
+        (specs["sum"], ids, forecast.peak_sum_bytes),
+        (specs["headroom"], ids, forecast.headroom_bytes),
+        (specs["contention"], ids, forecast.contention_in_seconds),
+        (specs["stagger"], ids, forecast.stagger_seconds),
+        (specs["exhaustion"], ids, device.exhaustion_eta_seconds),
+        (specs["slowdown"], ids, forecast.slowdown),
+        (specs["confidence"], ids, device.confidence),
+    ]
+
+
+def _profile_series(profiles) -> list[tuple]:
+    """(spec, label values, value) of the exported learned profiles."""
+    series = []
+    for label, profile in profiles:
+        series.append((PROFILE_PEAK, (label,), profile.peak_bytes))
+        series.append((PROFILE_DURATION, (label,), profile.duration_seconds))
+        series.append((PROFILE_OFFSET, (label,), profile.peak_offset_seconds))
+        series.append((PROFILE_RUNS, (label,), profile.runs))
+    return series

@@ -71,6 +71,23 @@ def compact_envelope(points: list[tuple[float, int]] | Timeline, max_steps: int)
 
 def _dedupe(points) -> list[tuple[float, int]]:
     """Sorted steps with repeated values and repeated ages folded together (max wins)."""
+    # A run's samples (float ages, strictly ascending; int bytes) are sorted already: sorting them
+    # would keep their order, and no two share an age, so only repeated values fold. Every
+    # running run's samples come through here at each persist: skip the sort where it changes nothing.
+    steps: list[tuple[float, int]] = []
+    previous = None
+    for point in points:
+        age, value = point
+        if type(age) is not float or type(value) is not int or not (previous is None or age > previous):
+            return _dedupe_sorted(points)
+        previous = age
+        if not steps or steps[-1][1] != value:
+            steps.append((age, value))
+    return steps
+
+
+def _dedupe_sorted(points) -> list[tuple[float, int]]:
+    """_dedupe of points in any order, of any number types."""
     steps: list[tuple[float, int]] = []
     for age, value in sorted((float(a), int(v)) for a, v in points):
         if steps and steps[-1][0] == age:

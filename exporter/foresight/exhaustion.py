@@ -47,7 +47,7 @@ class TrendWindow:
     """One memory domain's (Unix seconds, used bytes) samples of the last ``seconds``, oldest first,
     with the exact sums of their least-squares fit (module docstring)."""
 
-    __slots__ = ("seconds", "times", "used", "_scale", "_st", "_stt", "_su", "_stu", "_inexact")
+    __slots__ = ("seconds", "times", "used", "_scale", "_st", "_stt", "_su", "_stu", "_inexact", "_ordered")
 
     def __init__(self, seconds: float = math.inf, samples: Iterable[tuple[float, int]] = ()) -> None:
         self.seconds = seconds
@@ -56,6 +56,7 @@ class TrendWindow:
         self._scale = 0  # times are held as t * 2**scale (integers) in the sums
         self._st = self._stt = self._su = self._stu = 0  # sums of T, T*T, u, T*u (T = t * 2**scale)
         self._inexact = 0  # samples in the window that the sums cannot hold (then the float fit)
+        self._ordered = True  # every time so far at or after the one before: the span is last - first
         for t, u in samples:
             self._push(t, u)
 
@@ -75,7 +76,8 @@ class TrendWindow:
         n = len(times)
         if capacity_bytes is None or n < min_points:
             return None
-        span = max(times) - min(times)
+        # asked every poll of every domain: the ends of a window of ascending times, not a walk over it
+        span = times[-1] - times[0] if self._ordered else max(times) - min(times)
         if span < min_span_seconds:
             return None
         if self._inexact:
@@ -88,6 +90,8 @@ class TrendWindow:
         return max(0.0, (capacity_bytes - self.used[-1]) / slope)
 
     def _push(self, t: float, u: int) -> None:
+        if self.times and not t >= self.times[-1]:  # NaN too
+            self._ordered = False
         self.times.append(t)
         self.used.append(u)
         held = _held(t, u)

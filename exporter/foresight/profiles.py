@@ -116,9 +116,12 @@ class RunRecorder:
 
     def add(self, now: float, used_bytes: int) -> None:
         """Record one observation taken at Unix time ``now``."""
-        age = max(0.0, now - self.start)
+        age = now - self.start
+        if not age > 0.0:  # max(0.0, age), NaN included, without the call (every process, every poll)
+            age = 0.0
         self.samples += 1
-        self.last_age = max(self.last_age, age)
+        if age > self.last_age:
+            self.last_age = age
         if used_bytes > self.peak_bytes:
             self.peak_bytes, self.peak_offset = used_bytes, age
         self.points.append((age, used_bytes))

@@ -41,6 +41,7 @@ class LiveRun:
     neighbours: int  # processes on its device then, itself included
     progress: RunProgress | None = None  # landmarks of its profile passed (see progress.py)
     fed_age: float = 0.0  # age of the last sample fed to progress
+    fed_peak: int = 0  # the run's peak then
     limit_fill: float = 0.0  # used / its MPS pinned memory limit then, 0..1 (0 without a limit)
     ends_at: float | None = None  # when its profile expected it to end, as of its last sighting
     calibrated: tuple | None = None  # (scaled profile, the same rescaled to this run's level)
@@ -93,9 +94,19 @@ class RunPlanner:
                 peak = max(peak, value)
                 progress.feed(age, value, peak, slowdown, interval)
         elif run.points and run.points[-1][0] > live.fed_age:
-            age, value = run.points[-1]
+            points = run.points
+            first = len(points) - 1
+            while first > 0 and points[first - 1][0] > live.fed_age:
+                first -= 1  # samples taken while the forecast was reused (exporter.foresight.cadence)
+            peak = live.fed_peak
+            for age, value in points[first:-1]:
+                if value > peak:
+                    peak = value
+                progress.feed(age, value, peak, slowdown, interval)
+            age, value = points[-1]
             progress.feed(age, value, run.peak_bytes, slowdown, interval)
         live.fed_age = run.points[-1][0] if run.points else 0.0
+        live.fed_peak = run.peak_bytes
         if progress.smaller:
             return None, "", None
         return profile, basis, progress

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from exporter.foresight.basis import workload_of
+from exporter.foresight.cadence import FORECAST_SECONDS, HeldForecast, advanced, identity_of, reusable
 from exporter.foresight.calibration import OutcomeLearner
 from exporter.foresight.confidence import ConfidenceHold, after_kill, contention_confidence, hold_confidence, mark_due
 from exporter.foresight.exhaustion import TrendWindow
@@ -45,6 +46,7 @@ DEFAULT_POLL_INTERVAL = 15.0  # assumed until two polls have been seen
 
 RunId = tuple[str, "int | None", int]  # (GPU uuid, gi, pid)
 _process_row = positional_maker(ProcessRow)  # ProcessRow(*every field), built faster
+_device_row = positional_maker(DeviceRow)
 
 
 class Foresight:
@@ -58,14 +60,17 @@ class Foresight:
         trend_window: float = 300.0,
         max_exported_workloads: int = 50,
         max_profiles: int = DEFAULT_MAX_PROFILES,
+        forecast_seconds: float = FORECAST_SECONDS,
     ) -> None:
         """``state_dir`` None keeps profiles in memory only; ``rules`` come from parse_rules();
-        intervals and windows are in seconds."""
+        intervals and windows are in seconds; ``forecast_seconds`` is the longest a domain's forecast
+        is reused between polls (exporter.foresight.cadence; 0: every poll forecasts)."""
         self.rules = tuple(rules)
         self.persist_interval = persist_interval
         self.trend_window = trend_window
         self.max_exported_workloads = max_exported_workloads
         self.max_profiles = max_profiles
+        self.forecast_seconds = forecast_seconds
         self.store = ProfileStore(state_dir, max_profiles) if state_dir is not None else None
         self.profiles: dict[str, WorkloadProfile] = self.store.load() if self.store else {}
         self.healthy = True  # False after observe() failed; the previous result is kept
@@ -86,6 +91,14 @@ class Foresight:
         self._times: deque[float] = deque(maxlen=11)
         self._time_appends = 0  # bumps with every append to _times: the poll_interval cache key
         self._interval_cache: tuple[int, float] | None = None
+        # device -> its last forecast, reused between forecasts (exporter.foresight.cadence)
+        self._held: dict[tuple[str, int | None], HeldForecast] = {}
+        self._profiles_version = 0  # bumps whenever ``profiles`` changes (the exported profiles' cache key)
+        self._exported: tuple | None = None  # (cache key, the exported profiles)
+        self._learned = 0  # bumps whenever an outcome adjustment may have changed
+        # workload -> bumps whenever a usable profile of it (one forecasts can rest on) is added, replaced or
+        # dropped; a provisional one (runs 0) drives no forecast (RunPlanner.plan), so its changes do not count
+        self._usable_changes: dict[str, int] = {}
         self._lock = threading.Lock()
         self._result = ForesightResult(profiles_stored=len(self.profiles), store_ok=self._store_ok())
 
@@ -126,7 +139,9 @@ class Foresight:
         with self._lock:
             taken = [p for p in imported
                      if p.key not in self.profiles or p.updated_at >= self.profiles[p.key].updated_at]
+            self._profiles_version += 1
             for profile in taken:
+                self._usable_changed(profile.key)
                 self.profiles[profile.key] = profile
                 self.planner.index(profile.key)
             if self.store:
@@ -178,6 +193,8 @@ class Foresight:
             self.outcomes.forecast((row.uuid, row.gi), row.forecast.headroom_bytes, now)
         self.outcomes.devices_without({(row.uuid, row.gi) for row in devices}, now)
         settled = self.outcomes.settle(now)
+        if settled or (finished and self.learner.outcomes):  # outcome adjustments may have changed
+            self._learned += 1
         if settled:
             self.learner.settled(settled, [((uuid, gi), live) for (uuid, gi, _), live in self._live.items()], now)
         self._observed_once = True
@@ -200,6 +217,16 @@ class Foresight:
         device_key = (gpu.uuid, domain.gi)
         interval = self.poll_interval
         lives = [self._track((gpu.uuid, proc.gi, proc.pid), proc, now, domain, sim_time) for proc in domain.processes]
+        window = self._trend(device_key, now, used)
+        warned = self.outcomes.warning_up(device_key)
+        held = self._held.get(device_key)
+        # what was learned of these runs' workloads (their profiles; outcome adjustments of any)
+        changes = self._usable_changes
+        learned = (self._learned, *[changes.get(workload_of(live.run.key), 0) for live in lives])
+        if reusable(held, now, interval, self.forecast_seconds, lives, domain.processes, capacity, used, learned,
+                    warned):
+            device = advanced(held.device, held.at, now, window.eta(capacity), _device_row)
+            return device, held.rows
         plans = [self.planner.plan(live, capacity, self._slowdowns.get(device_key, 1.0), interval) for live in lives]
         # A late run stretches its co-tenants' timelines too (they share the slowdown), but
         # only measured slowdowns decide when a landmark counts as crossed unseen: a run's own
@@ -214,10 +241,8 @@ class Foresight:
             factors = [self.learner.factor(workload_of(live.run.key)) if s.profile is not None else 1.0
                        for s, live in zip(states, lives)]
             states = [s if f == 1.0 else replace(s, adjust=f) for s, f in zip(states, factors)]
-        window = self._trend(device_key, now, used)
         other = (used or 0) - sum(s.used_bytes for s in states)
         forecast = forecast_device(states, capacity, other, interval, slowdown)
-        warned = self.outcomes.warning_up(device_key)
         for state, live, factor in zip(states, lives, factors):
             live.ends_at = None if state.pid not in forecast.ends_in else now + forecast.ends_in[state.pid]
             if warned and state.profile is not None:  # the peak outcomes are judged against, unadjusted
@@ -231,8 +256,8 @@ class Foresight:
         confidence, self._confidence[device_key] = hold_confidence(
             raw, self._confidence.get(device_key), now, -(forecast.headroom_bytes or 0), capacity, OUTCOME_GRACE,
             frozenset() if raw is None else frozenset(s.pid for s in states))
-        device = None if unread else DeviceRow(gpu.index, gpu.uuid, domain.gi, domain.profile, forecast,
-                                               window.eta(capacity), confidence)
+        device = None if unread else _device_row(gpu.index, gpu.uuid, domain.gi, domain.profile, forecast,
+                                                 window.eta(capacity), confidence)
         contended = forecast.contention_in_seconds is not None and not unread
         rows = [
             _process_row(gpu.index, gpu.uuid, proc.gi, proc.pid, proc.name, process_sharing(gpu, proc),
@@ -243,6 +268,9 @@ class Foresight:
                        proc.namespace, proc.pod, proc.container, proc.replica, state.basis)
             for proc, state, live in zip(domain.processes, states, lives)
         ]
+        self._held[device_key] = HeldForecast(now, tuple(lives), identity_of(domain.processes), capacity, used,
+                                              tuple(p.used_memory_bytes for p in domain.processes), learned,
+                                              warned, device, rows)
         return device, rows
 
     def _track(self, run_id: RunId, proc: ProcessInfo, now: float, domain: MemoryDomain,
@@ -335,16 +363,27 @@ class Foresight:
 
     def _learn(self, profile: WorkloadProfile) -> None:
         """Keep a new or changed profile, and only the max_profiles most recently updated."""
-        if self.profiles.get(profile.key) is not profile:
+        old = self.profiles.get(profile.key)
+        if old is not profile:
+            if profile.usable or (old is not None and old.usable):
+                self._usable_changed(profile.key)
+            self._profiles_version += 1
             self.profiles[profile.key] = profile
             self._dirty.add(profile.key)
             self.planner.index(profile.key)
         excess = len(self.profiles) - self.max_profiles
         if excess > 0:
+            self._profiles_version += 1
             for key in sorted(self.profiles, key=lambda k: self.profiles[k].updated_at)[:excess]:
+                if self.profiles[key].usable:
+                    self._usable_changed(key)
                 del self.profiles[key]
                 self._dirty.discard(key)
                 self.planner.forget(key)
+
+    def _usable_changed(self, key: str) -> None:
+        workload = workload_of(key)
+        self._usable_changes[workload] = self._usable_changes.get(workload, 0) + 1
 
     def _persist(self, now: float | None, force: bool) -> None:
         """Every persist_interval (or when forced): learn from running runs, save changed profiles."""
@@ -375,9 +414,16 @@ class Foresight:
         return grown
 
     def _exported_profiles(self, running: set[str]) -> tuple[tuple[str, WorkloadProfile], ...]:
-        """Profiles to export: those of running workloads first, then the newest, up to the cap."""
+        """Profiles to export: those of running workloads first, then the newest, up to the cap.
+
+        The same tuple as last poll while no profile changed and the same workloads run (most polls)."""
+        key = (self._profiles_version, self.max_exported_workloads, frozenset(running))
+        if self._exported is not None and self._exported[0] == key:
+            return self._exported[1]
         ordered = sorted(self.profiles.values(), key=lambda p: (p.key not in running, -p.updated_at, p.key))
-        return tuple((workload_label(p.key), p) for p in ordered[: self.max_exported_workloads])
+        exported = tuple((workload_label(p.key), p) for p in ordered[: self.max_exported_workloads])
+        self._exported = (key, exported)
+        return exported
 
     def _exported_adjustments(self, running: set[str]) -> tuple[tuple[str, float, float], ...]:
         """(label, slack, margin) of workloads whose outcomes changed their forecast, running ones
