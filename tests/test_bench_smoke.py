@@ -297,6 +297,7 @@ def test_foresight_replay_classifies_every_learned_miss(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     sys.path.insert(0, str(REPO / "bench"))
     try:
+        import foresight_misses
         import foresight_replay
     finally:
         sys.path.remove(str(REPO / "bench"))
@@ -305,16 +306,16 @@ def test_foresight_replay_classifies_every_learned_miss(tmp_path):
     learned = [i for r in foresight_replay.replay(doc) if r["classes"]["first_run"] == "no"
                for i in r["tiers"]["critical"]["incidents"]]
     assert len(learned) >= 2 and all(i["caught"] for i in learned)  # the shipped rules catch them: no misses
-    assert foresight_replay.classify_misses(doc, foresight_replay.replay(doc, trace_rows=True)) == []
+    assert foresight_misses.classify_misses(doc, foresight_replay.replay(doc, trace_rows=True)) == []
     never = {"warning": foresight_replay.fa.TIERS["warning"], "critical": [rule(30.0, 240.0, 2.0, None)]}
-    missed = foresight_replay.classify_misses(doc, foresight_replay.replay(doc, never, trace_rows=True), never)
+    missed = foresight_misses.classify_misses(doc, foresight_replay.replay(doc, never, trace_rows=True), never)
     assert [m["t"] for m in missed] == [i["t"] for i in learned]
-    assert all(m["class"].startswith("confidence short: ") and m["class"] in foresight_replay.MISS_CLASSES
+    assert all(m["class"].startswith("confidence short: ") and m["class"] in foresight_misses.MISS_CLASSES
                and m["held_max"] >= 0.8 for m in missed)  # exported at 0.8 or more, short of an impossible 2.0
     # a `for` between the two ceilings: the shorter-ceiling incident cannot be paged by it at all
     ceilings = sorted(i["ceiling"] for i in learned)
     slow = {"warning": never["warning"], "critical": [rule(ceilings[0] + 1.0, 240.0, 0.8, None)]}
-    late = foresight_replay.classify_misses(doc, foresight_replay.replay(doc, slow, trace_rows=True), slow)
+    late = foresight_misses.classify_misses(doc, foresight_replay.replay(doc, slow, trace_rows=True), slow)
     by_ceiling = {m["ceiling"]: m["class"] for m in late}
     assert by_ceiling == {ceilings[0]: "ceiling", ceilings[1]: "page came late"}
     listed = _run("foresight_replay.py", "classify", str(record))
