@@ -4,6 +4,7 @@
     python3 bench/foresight_replay.py replay c3s1.pkl.gz [...]          # shipped confidence and rules
     python3 bench/foresight_replay.py misses c3s1.pkl.gz [...]          # why each learned critical miss missed
     python3 bench/foresight_replay.py false c3s1.pkl.gz [...]           # what each false critical page rested on
+    python3 bench/foresight_replay.py classify c3s1.pkl.gz [...]        # each learned critical miss in one class
 
 `record` plays every episode through the same pipeline as bench/foresight_accuracy.py (simulator,
 NVML backend, Foresight) and keeps, for every poll whose forecast predicts contention on the test
@@ -324,10 +325,13 @@ def main(argv=None) -> int:
     mis.add_argument("files", nargs="+")
     fal = sub.add_parser("false")
     fal.add_argument("files", nargs="+")
+    cls = sub.add_parser("classify")
+    cls.add_argument("files", nargs="+")
     args = parser.parse_args(argv)
     if args.cmd == "record":
         return record(args)
     every: list[dict] = []
+    classified: list[dict] = []
     for path in args.files:
         try:
             doc = load(path)
@@ -338,10 +342,17 @@ def main(argv=None) -> int:
             misses(doc, replay(doc, trace_rows=True))
         elif args.cmd == "false":
             print_false(doc, replay(doc, trace_rows=True))
+        elif args.cmd == "classify":
+            # imported here: foresight_misses imports this module
+            from foresight_misses import classify_misses
+            classified.extend(classify_misses(doc, replay(doc, trace_rows=True)))
         else:
             results = replay(doc)
             every.extend(results)
             print(line(f"corpus {doc['corpus']} seed {doc['seed']}", summary(results)))
+    if args.cmd == "classify":
+        from foresight_misses import print_classes
+        print_classes(classified)
     if len(args.files) > 1 and args.cmd == "replay":  # the figures of all runs together
         print(line(f"all {len(args.files)} runs", summary(every)))
     return 0

@@ -286,6 +286,41 @@ def test_foresight_replay_of_recorded_forecasts_gives_the_bench_figures(tmp_path
     assert f"precision {2 * figures['true_alerts']}/{2 * figures['alerts']}" in total and "precision" in one
 
 
+
+def test_foresight_replay_classifies_every_learned_miss(tmp_path):
+    """`classify` puts each learned collision the critical tier missed in one class (docs/foresight.md,
+    eighth round). Replayed under rules that cannot page in time, every learned incident of the recording
+    is a miss; a `for` longer than an incident's ceiling puts it in the ceiling class, and the same `for`
+    makes the next one, whose confidence reached the tier too briefly before its kill, a page that came late."""
+    record = tmp_path / "r.pkl.gz"
+    out = _run("foresight_replay.py", "record", "--corpus", "1", "--seed", "1", "--episodes", "3", "--out", str(record))
+    assert out.returncode == 0, out.stderr[-2000:]
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import foresight_misses
+        import foresight_replay
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    doc = foresight_replay.load(str(record))
+    rule = foresight_replay.fa._Rule
+    learned = [i for r in foresight_replay.replay(doc) if r["classes"]["first_run"] == "no"
+               for i in r["tiers"]["critical"]["incidents"]]
+    assert len(learned) >= 2 and all(i["caught"] for i in learned)  # the shipped rules catch them: no misses
+    assert foresight_misses.classify_misses(doc, foresight_replay.replay(doc, trace_rows=True)) == []
+    never = {"warning": foresight_replay.fa.TIERS["warning"], "critical": [rule(30.0, 240.0, 2.0, None)]}
+    missed = foresight_misses.classify_misses(doc, foresight_replay.replay(doc, never, trace_rows=True), never)
+    assert [m["t"] for m in missed] == [i["t"] for i in learned]
+    assert all(m["class"].startswith("confidence short: ") and m["class"] in foresight_misses.MISS_CLASSES
+               and m["held_max"] >= 0.8 for m in missed)  # exported at 0.8 or more, short of an impossible 2.0
+    # a `for` between the two ceilings: the shorter-ceiling incident cannot be paged by it at all
+    ceilings = sorted(i["ceiling"] for i in learned)
+    slow = {"warning": never["warning"], "critical": [rule(ceilings[0] + 1.0, 240.0, 0.8, None)]}
+    late = foresight_misses.classify_misses(doc, foresight_replay.replay(doc, slow, trace_rows=True), slow)
+    by_ceiling = {m["ceiling"]: m["class"] for m in late}
+    assert by_ceiling == {ceilings[0]: "ceiling", ceilings[1]: "page came late"}
+    listed = _run("foresight_replay.py", "classify", str(record))
+    assert listed.returncode == 0 and listed.stdout.strip().splitlines()[-1].startswith("misses 0:")
+
 def test_foresight_accuracy_refuses_a_bad_flag_value():
     out = _accuracy("--episodes", "0")
     assert out.returncode == 2
