@@ -149,7 +149,8 @@ def replay_episode(rec: dict, episode, rules: dict, confidence_fn=None, trace_ro
             raw = raw_confidence(row, confidence_fn)
             overflow = -(row["headroom"] or 0)
             pids = frozenset() if row["states"] is None else frozenset(s.pid for s in row["states"])
-            holds[row["gi"]] = conf.mark_due(holds.get(row["gi"]), t, None if raw is None else row["eta"], row["grace"])
+            holds[row["gi"]] = conf.mark_due(holds.get(row["gi"]), t, None if raw is None else row["eta"], row["grace"],
+                                          overflow, row["capacity"])
             held, holds[row["gi"]] = conf.hold_confidence(raw, holds.get(row["gi"]), t, overflow, row["capacity"],
                                                           OUTCOME_GRACE, pids)
             scored_rows.append((row, raw, held))

@@ -582,3 +582,24 @@ def test_a_collision_predicted_now_that_does_not_come_is_late():
     broken = held_through([(0.0, 0.0, 0.5), (5.0, 0.0, 0.5), (10.0, None, None), (15.0, 0.0, 0.92)])
     assert broken[-1] == 0.92
     assert mark_due(None, 0.0, None, 5.0) is None, "no contention predicted: nothing to remember"
+
+
+def test_a_larger_collision_after_a_late_one_is_news_and_pages():
+    """Late is said of the overflow the polls in a row predicted. "Now" by 1 GiB of a 40 GiB device at low
+    confidence for three polls, then "now" by 6 GiB (more than MIN_MARGIN_SHARE of the device larger:
+    memory moved towards a bigger collision, as a preallocating replica does) at 0.93 pages; the same
+    confidence on an overflow within the margin of the late one stays a warning (corpus 3 seed 8008 ep 18;
+    docs/foresight.md, eighth round)."""
+    def held(overflows_gib: list[float], raws: list[float]) -> list[float | None]:
+        hold, out = None, []
+        for i, (over, raw) in enumerate(zip(overflows_gib, raws)):
+            now = 5.0 * i
+            hold = mark_due(hold, now, 0.0, 5.0, int(over * GiB), 40 * GiB)
+            confidence, hold = hold_confidence(raw, hold, now, int(over * GiB), 40 * GiB, 60.0, frozenset({1, 2}))
+            out.append(confidence)
+        return out
+
+    larger = held([1.0, 1.0, 1.0, 6.0, 6.0], [0.14, 0.14, 0.14, 0.93, 0.93])
+    assert larger[-2:] == [0.93, 0.93]
+    same = held([1.0, 1.0, 1.0, 1.5, 1.5], [0.14, 0.14, 0.14, 0.93, 0.93])
+    assert same[-1] < CRITICAL_CONFIDENCE, "within the margin it is the late collision still"

@@ -302,6 +302,7 @@ class ConfidenceHold:
     cleared_pids: frozenset[int] = frozenset()  # ... and those of the last contention that reached it and cleared
     due_since: float | None = None  # first of the polls in a row that predicted the collision within a poll ("now")
     due_late: bool = False  # ... and it is more than a poll ago (mark_due)
+    due_over: int = 0  # most overflow (bytes) those polls predicted
 
 
 def after_kill(hold: ConfidenceHold | None, now: float) -> ConfidenceHold | None:
@@ -363,7 +364,8 @@ def hold_confidence(raw: float | None, hold: ConfidenceHold | None, now: float, 
     return confidence, replace(hold, held=confidence, seen=now, paged_over=paged_over, pids=pids)
 
 
-def mark_due(hold: ConfidenceHold | None, now: float, eta: float | None, poll: float) -> ConfidenceHold | None:
+def mark_due(hold: ConfidenceHold | None, now: float, eta: float | None, poll: float,
+             overflow: int = 0, capacity: int | None = None) -> ConfidenceHold | None:
     """What a device's confidence remembers once the poll at ``now`` predicted its collision ``eta`` seconds
     ahead (None: no contention predicted); call it before hold_confidence, which it tells (``due_late``)
     whether the collision is late.
@@ -374,12 +376,21 @@ def mark_due(hold: ConfidenceHold | None, now: float, eta: float | None, poll: f
     still "now" more than a poll later, at every poll in between, has not come, and the run is late for
     its rise, as late_growth says of a run whose step began more than a poll ago; when it comes is not in
     its profile (corpus 2 seed 6006 ep 34: a trainer's evaluation spike "now" for 35 s, that came after its
-    co-tenant had ended; docs/foresight.md, eighth round)."""
+    co-tenant had ended; docs/foresight.md, eighth round).
+
+    Late is said of one claim: the overflow the polls in a row predicted. A poll whose overflow exceeds the
+    largest of them by MIN_MARGIN_SHARE of the device (``overflow`` bytes, ``capacity``) is news, as
+    hold_confidence's repeat rules say, and starts its own count: memory that did move towards a larger
+    collision is not the late step (corpus 3 seed 8008 ep 18: "now" by 1.1 GiB at raw confidence 0.14
+    for 20 s, then a vLLM replica's preallocation put it at 12.1 GiB and 0.93, and was held to a warning)."""
     if eta is None:
         return hold
     if eta > poll:  # ahead: nothing is due (most contended polls: no new hold)
         return hold if hold is None or hold.due_since is None else replace(hold, due_since=None, due_late=False)
     hold = hold or ConfidenceHold(seen=now)
     in_a_row = hold.due_since is not None and now - hold.seen <= 1.5 * poll  # the last poll said "now" too
+    if in_a_row and overflow > hold.due_over + MIN_MARGIN_SHARE * (capacity or 0):
+        in_a_row = False  # a larger collision than the one that was late: news
     since = hold.due_since if in_a_row else now
-    return replace(hold, due_since=since, due_late=now - since > poll)
+    due_over = max(hold.due_over, overflow) if in_a_row else overflow
+    return replace(hold, due_since=since, due_late=now - since > poll, due_over=due_over)

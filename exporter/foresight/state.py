@@ -252,9 +252,10 @@ class Foresight:
         # not repeated for the same overflow soon after it cleared (confidence.hold_confidence).
         raw = contention_confidence(states, forecast, interval)
         eta = None if raw is None else forecast.contention_in_seconds  # a collision "now" that does not come is late
-        self._confidence[device_key] = mark_due(self._confidence.get(device_key), now, eta, interval)
+        overflow = -(forecast.headroom_bytes or 0)
+        self._confidence[device_key] = mark_due(self._confidence.get(device_key), now, eta, interval, overflow, capacity)
         confidence, self._confidence[device_key] = hold_confidence(
-            raw, self._confidence.get(device_key), now, -(forecast.headroom_bytes or 0), capacity, OUTCOME_GRACE,
+            raw, self._confidence.get(device_key), now, overflow, capacity, OUTCOME_GRACE,
             frozenset() if raw is None else frozenset(s.pid for s in states))
         device = None if unread else _device_row(gpu.index, gpu.uuid, domain.gi, domain.profile, forecast,
                                                  window.eta(capacity), confidence)
