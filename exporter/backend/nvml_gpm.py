@@ -25,6 +25,7 @@ GPM_METRICS = (
 # One Activity per GPU and GPU instance each poll (21 on the mixed 8-GPU node), every field
 # given in field order: built without __init__'s eight object.__setattr__ calls.
 _activity = frozen_maker(Activity)
+_set = object.__setattr__  # a ctypes field write without pynvml's Python-level hook
 
 
 class _Pair:
@@ -102,7 +103,10 @@ class GpmReader:
             req.numMetrics = len(GPM_METRICS)
             for i, (metric_id, _) in enumerate(GPM_METRICS):
                 req.metrics[i].metricId = metric_id
-        req.sample1, req.sample2 = first, second
+        # Through ctypes' own field descriptors: pynvml's struct hook (str -> bytes) has nothing to
+        # do for a sample handle, and 21 metrics calls a poll set two each.
+        _set(req, "sample1", first)
+        _set(req, "sample2", second)
         if not ok(ctx.get(section, "nvmlGpmMetricsGet", req)):
             return None
         values = {}

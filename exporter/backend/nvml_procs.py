@@ -27,7 +27,12 @@ from exporter.identity import Identifier, ProcessIdentity
 from exporter.redact import redact_cmdline
 from exporter.snapshot import MpsServer, ProcessInfo
 
-_process_info = frozen_maker(ProcessInfo)  # every field given: built without 19 object.__setattr__ calls
+# Every field given, in field order: read() fills a new object's __dict__ from one dict display
+# (83 a poll on the mixed 8-GPU node: no keyword call, no keyword check), which frozen_maker says
+# ProcessInfo allows (it returns the class itself otherwise, and read() calls that).
+_process_info = frozen_maker(ProcessInfo)
+_PROCESS_BY_DICT = _process_info is not ProcessInfo
+_new = object.__new__
 # One record per (pid, gi) for as long as the server runs (frozen: the same object every poll).
 _mps_server = lru_cache(maxsize=1024, typed=True)(MpsServer)
 MPS_SERVER_NAME = "nvidia-cuda-mps-server"
@@ -103,23 +108,31 @@ class ProcessReader:
         util = {} if on_mig or not entries else self._utilization(ctx, handle, tag)
         replicas = self.replicas.assign(dev.gi, {pid: meta.identity.workload for pid, meta in metas.items()})
         processes = []
+        index, gi, ci = dev.nvml_index, dev.gi, dev.ci
         for pid, entry in sorted(entries.items()):
             meta = metas[pid]
             server = pid in server_pids
             client = pid in client_pids and not server
             env = meta.environ
-            pod = meta.identity.pod
+            identity = meta.identity
+            pod = identity.pod
             limit, threads = self._client_limits(pid, env, dev) if client else (None, None)
-            processes.append(_process_info(
-                pid=pid, name=meta.name, cmdline=meta.cmdline, gpu_index=dev.nvml_index,
-                gi=dev.gi, ci=dev.ci, used_memory_bytes=entry.usedGpuMemory,
-                sm_utilization_ratio=util.get(pid),
-                is_mps_client=client, is_mps_server=server,
-                mps_memory_limit_bytes=limit, mps_active_thread_ratio=threads,
-                environ=env, start_time=meta.start_time, workload=meta.identity.workload,
-                namespace=pod.namespace if pod else "", pod=pod.pod if pod else "",
-                container=pod.container if pod else "",
-                replica=replicas[pid]))
+            values = {
+                "pid": pid, "name": meta.name, "cmdline": meta.cmdline, "gpu_index": index,
+                "gi": gi, "ci": ci, "used_memory_bytes": entry.usedGpuMemory,
+                "sm_utilization_ratio": util.get(pid),
+                "is_mps_client": client, "is_mps_server": server,
+                "mps_memory_limit_bytes": limit, "mps_active_thread_ratio": threads,
+                "environ": env, "start_time": meta.start_time, "workload": identity.workload,
+                "namespace": pod.namespace if pod else "", "pod": pod.pod if pod else "",
+                "container": pod.container if pod else "",
+                "replica": replicas[pid]}
+            if _PROCESS_BY_DICT:
+                process = _new(ProcessInfo)
+                process.__dict__.update(values)
+            else:
+                process = _process_info(**values)
+            processes.append(process)
         servers = [_mps_server(pid, dev.gi) for pid in sorted(server_pids)]
         return processes, servers
 
