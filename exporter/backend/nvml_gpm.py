@@ -115,7 +115,11 @@ class GpmReader:
             metric = metrics[i]
             if field_of(metric, "nvmlReturn") == 0:  # per-metric status: non-zero means no value
                 # Clamped: NVML can report slightly over 100% on MIG instances (DCGM#152).
-                values[field] = min(1.0, max(0.0, field_of(metric, "value") / 100.0))
+                # min(1.0, max(0.0, v)) as those builtins decide it (NaN and -0.0 give 0.0), without
+                # their two calls on each of the 168 metrics a poll of the mixed node reads.
+                ratio = field_of(metric, "value") / 100.0
+                ratio = ratio if ratio > 0.0 else 0.0
+                values[field] = ratio if ratio < 1.0 else 1.0
         return _activity(**values)
 
     def _free(self, pair: _Pair) -> None:

@@ -37,6 +37,7 @@ _new = object.__new__
 _mps_server = lru_cache(maxsize=1024, typed=True)(MpsServer)
 MPS_SERVER_NAME = "nvidia-cuda-mps-server"
 _COMM_LEN = 15  # the kernel truncates /proc/<pid>/comm to 15 characters
+_MPS_SERVER_NAMES = frozenset((MPS_SERVER_NAME, MPS_SERVER_NAME[:_COMM_LEN]))  # what is_mps_server accepts
 
 
 def is_mps_server(name: str) -> bool:
@@ -111,7 +112,7 @@ class ProcessReader:
                 else:
                     seen.add(pid)
             metas[pid] = meta
-        server_pids = {pid for pid, meta in metas.items() if is_mps_server(meta.name)}
+        server_pids = {pid for pid, meta in metas.items() if meta.name in _MPS_SERVER_NAMES}  # is_mps_server, inline
         client_pids: set[int] = set()
         if server_pids:
             for p in self._list(ctx, "mps", "nvmlDeviceGetMPSComputeRunningProcesses", handle, tag):
@@ -213,6 +214,7 @@ class ProcessReader:
             if stamp <= last_seen:
                 continue
             per_pid.setdefault(int(field_of(s, "pid")), []).append(int(field_of(s, "smUtil")))
-            newest = max(newest, int(stamp))
+            if stamp > newest:  # max() without the two calls a sample (the stamp is an int)
+                newest = int(stamp)
         self.last_seen_us = newest
         return {pid: min(1.0, sum(v) / len(v) / 100.0) for pid, v in per_pid.items()}
