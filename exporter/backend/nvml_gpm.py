@@ -25,6 +25,7 @@ GPM_METRICS = (
 # One Activity per GPU and GPU instance each poll (21 on the mixed 8-GPU node), every field
 # given in field order: built without __init__'s eight object.__setattr__ calls.
 _activity = frozen_maker(Activity)
+_set = object.__setattr__  # a ctypes field write without pynvml's Python-level hook
 
 
 class _Pair:
@@ -102,7 +103,10 @@ class GpmReader:
             req.numMetrics = len(GPM_METRICS)
             for i, (metric_id, _) in enumerate(GPM_METRICS):
                 req.metrics[i].metricId = metric_id
-        req.sample1, req.sample2 = first, second
+        # Through ctypes' own field descriptors: pynvml's struct hook (str -> bytes) has nothing to
+        # do for a sample handle, and 21 metrics calls a poll set two each.
+        _set(req, "sample1", first)
+        _set(req, "sample2", second)
         if not ok(ctx.get(section, "nvmlGpmMetricsGet", req)):
             return None
         values = {}
@@ -111,7 +115,11 @@ class GpmReader:
             metric = metrics[i]
             if field_of(metric, "nvmlReturn") == 0:  # per-metric status: non-zero means no value
                 # Clamped: NVML can report slightly over 100% on MIG instances (DCGM#152).
-                values[field] = min(1.0, max(0.0, field_of(metric, "value") / 100.0))
+                # min(1.0, max(0.0, v)) as those builtins decide it (NaN and -0.0 give 0.0), without
+                # their two calls on each of the 168 metrics a poll of the mixed node reads.
+                ratio = field_of(metric, "value") / 100.0
+                ratio = ratio if ratio > 0.0 else 0.0
+                values[field] = ratio if ratio < 1.0 else 1.0
         return _activity(**values)
 
     def _free(self, pair: _Pair) -> None:

@@ -17,7 +17,10 @@ class ReplicaSlots:
     """Slot assignment for one physical GPU (its MIG instances are told apart by ``device``)."""
 
     def __init__(self) -> None:
-        self._slot: dict[tuple[Hashable, int], tuple[str, int]] = {}  # (device, pid) -> (workload, slot)
+        # device -> pid -> (workload, slot). Kept per device: a call looks at its own device's
+        # processes only, not every process of the GPU (each MIG instance of the mixed node's
+        # GPUs walked all of them every poll).
+        self._slots: dict[Hashable, dict[int, tuple[str, int]]] = {}
         self._taken: dict[tuple[Hashable, str], set[int]] = {}  # (device, workload) -> slots in use
         self._read: set[Hashable] = set()  # devices read this poll
 
@@ -31,30 +34,34 @@ class ReplicaSlots:
         one in the same poll takes its slot; new ones are placed in pid order.
         """
         self._read.add(device)
-        for key in [k for k in self._slot if k[0] == device and workloads.get(k[1]) != self._slot[k][0]]:
-            self._free(key)  # gone, or its workload key changed (its pod became known)
+        held_here = self._slots.get(device)
+        if held_here is None:
+            held_here = self._slots[device] = {}
+        for pid in [p for p, held in held_here.items() if workloads.get(p) != held[0]]:
+            self._free(device, held_here, pid)  # gone, or its workload key changed (its pod became known)
         slots = {}
         for pid in sorted(workloads):
-            key = (device, pid)
-            held = self._slot.get(key)
+            held = held_here.get(pid)
             if held is None:
                 taken = self._taken.setdefault((device, workloads[pid]), set())
                 slot = 0
                 while slot in taken:
                     slot += 1
                 taken.add(slot)
-                held = self._slot[key] = (workloads[pid], slot)
+                held = held_here[pid] = (workloads[pid], slot)
             slots[pid] = held[1]
         return slots
 
     def end_poll(self) -> None:
         """Free the slots on devices not read in this poll (a GPU instance that went away)."""
-        for key in [k for k in self._slot if k[0] not in self._read]:
-            self._free(key)
+        for device in [d for d in self._slots if d not in self._read]:
+            held_here = self._slots.pop(device)
+            for pid in list(held_here):
+                self._free(device, held_here, pid)
 
-    def _free(self, key: tuple[Hashable, int]) -> None:
-        workload, slot = self._slot.pop(key)
-        group = (key[0], workload)
+    def _free(self, device: Hashable, held_here: dict[int, tuple[str, int]], pid: int) -> None:
+        workload, slot = held_here.pop(pid)
+        group = (device, workload)
         taken = self._taken.get(group)
         if taken is not None:
             taken.discard(slot)
