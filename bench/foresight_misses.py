@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import foresight_accuracy as fa  # noqa: E402
-from foresight_replay import components  # noqa: E402
+from foresight_replay import components, missed_learned  # noqa: E402
 
 
 MISS_CLASSES = ("ceiling", "no forecast", "held down as a repeat", "page ended before the kill", "page came late",
@@ -41,46 +41,39 @@ def classify_misses(doc: dict, results: list[dict], rules=None) -> list[dict]:
     rules = rules or fa.TIERS
     critical = rules["critical"]
     threshold = min(r.confidence for r in critical)
-    corpus = fa.CORPORA[doc["corpus"]].make_corpus(doc["seed"], doc["episodes"])
     floor = max(r.for_seconds for r in critical if r.eta_seconds is None) + doc.get("interval", 5.0)
     out = []
-    for ep, res in zip(corpus, results):
-        if res["classes"]["first_run"] != "no":
-            continue
+    for ep, res, inc, warned in missed_learned(doc, results):
         t0 = ep.test_start
-        for inc in res["tiers"]["critical"]["incidents"]:
-            if inc["caught"]:
-                continue
-            kill = t0 + inc["t"]
-            warned = next((i for i in res["tiers"]["warning"]["incidents"] if i["t"] == inc["t"]), None)
-            polls = [(t, row, raw, held) for t, rows in res["per_poll"] if kill - inc["ceiling"] <= t <= kill
-                     for row, raw, held in rows if row["headroom"] < 0]
-            pages = [a for a in res["tiers"]["critical"]["alerts"]
-                     if t0 + a["start"] <= kill and (a["end"] is None or t0 + a["end"] >= kill - inc["ceiling"])]
-            best = max(polls, key=lambda p: (p[2] or 0.0), default=None)
-            factors = None if best is None else components(best[1])
-            if inc["ceiling"] < floor:
-                why = "ceiling"
-            elif not polls:
-                why = "no forecast"
-            elif any((raw or 0.0) >= threshold for _t, _r, raw, _h in polls) and not any(
-                    (held or 0.0) >= threshold for _t, _r, _raw, held in polls):
-                why = "held down as a repeat"
-            elif pages:  # it paged within the ceiling, and was no longer firing at the kill
-                why = "page ended before the kill"
-            elif any((held or 0.0) >= threshold for _t, _r, _raw, held in polls):
-                why = "page came late"  # at the tier, but not for the rule's `for` before the kill
-            elif (inc["headroom_before_gib"] or 0.0) > 0:
-                why = "forecast clear at the kill"  # what it predicted earlier was not this collision, or cleared
-            else:
-                limits = {k: factors[k] for k in ("grounded", "clears", "timing")} if factors else {"grounded": 0.0}
-                why = "confidence short: " + min(limits, key=limits.get)
-            out.append({"corpus": doc["corpus"], "seed": doc["seed"], "episode": ep.index, "device": res["device"],
-                        "shape": res["classes"].get("shape"), "t": inc["t"],
-                        "ceiling": inc["ceiling"], "class": why, "headroom_before_gib": inc["headroom_before_gib"],
-                        "held_max": max(((held or 0.0) for _t, _r, _raw, held in polls), default=None),
-                        "factors": None if factors is None else {k: factors[k] for k in ("grounded", "clears", "timing")},
-                        "warning_lead": warned["lead"] if warned and warned["caught"] else None})
+        kill = t0 + inc["t"]
+        polls = [(t, row, raw, held) for t, rows in res["per_poll"] if kill - inc["ceiling"] <= t <= kill
+                 for row, raw, held in rows if row["headroom"] < 0]
+        pages = [a for a in res["tiers"]["critical"]["alerts"]
+                 if t0 + a["start"] <= kill and (a["end"] is None or t0 + a["end"] >= kill - inc["ceiling"])]
+        best = max(polls, key=lambda p: (p[2] or 0.0), default=None)
+        factors = None if best is None else components(best[1])
+        if inc["ceiling"] < floor:
+            why = "ceiling"
+        elif not polls:
+            why = "no forecast"
+        elif any((raw or 0.0) >= threshold for _t, _r, raw, _h in polls) and not any(
+                (held or 0.0) >= threshold for _t, _r, _raw, held in polls):
+            why = "held down as a repeat"
+        elif pages:  # it paged within the ceiling, and was no longer firing at the kill
+            why = "page ended before the kill"
+        elif any((held or 0.0) >= threshold for _t, _r, _raw, held in polls):
+            why = "page came late"  # at the tier, but not for the rule's `for` before the kill
+        elif (inc["headroom_before_gib"] or 0.0) > 0:
+            why = "forecast clear at the kill"  # what it predicted earlier was not this collision, or cleared
+        else:
+            limits = {k: factors[k] for k in ("grounded", "clears", "timing")} if factors else {"grounded": 0.0}
+            why = "confidence short: " + min(limits, key=limits.get)
+        out.append({"corpus": doc["corpus"], "seed": doc["seed"], "episode": ep.index, "device": res["device"],
+                    "shape": res["classes"].get("shape"), "t": inc["t"],
+                    "ceiling": inc["ceiling"], "class": why, "headroom_before_gib": inc["headroom_before_gib"],
+                    "held_max": max(((held or 0.0) for _t, _r, _raw, held in polls), default=None),
+                    "factors": None if factors is None else {k: factors[k] for k in ("grounded", "clears", "timing")},
+                    "warning_lead": warned["lead"] if warned and warned["caught"] else None})
     return out
 
 

@@ -248,28 +248,33 @@ def components(row) -> dict | None:
             "over_s": over, "drift_s": round(drift, 1), "procs": procs}
 
 
+def missed_learned(doc: dict, results: list[dict]):
+    """(episode, its result, incident, the warning tier's incident at the same time or None) of every learned
+    incident the critical tier missed in a replayed run."""
+    corpus = fa.CORPORA[doc["corpus"]].make_corpus(doc["seed"], doc["episodes"])
+    for ep, res in zip(corpus, results):
+        if res["classes"]["first_run"] != "no":
+            continue
+        for inc in res["tiers"]["critical"]["incidents"]:
+            if not inc["caught"]:
+                yield ep, res, inc, next((i for i in res["tiers"]["warning"]["incidents"] if i["t"] == inc["t"]), None)
+
+
 def misses(doc: dict, results: list[dict], window: float = 900.0) -> None:
     """Print, for every learned incident the critical tier missed, the polls before it: ETA, raw and held
     confidence and its factors."""
-    corpus = fa.CORPORA[doc["corpus"]].make_corpus(doc["seed"], doc["episodes"])
-    for rec, ep, res in zip(doc["records"], corpus, results):
-        if res["classes"]["first_run"] != "no":
-            continue
+    for ep, res, inc, warned in missed_learned(doc, results):
         t0 = ep.test_start
-        for inc in res["tiers"]["critical"]["incidents"]:
-            if inc["caught"]:
+        print(f"\n### corpus {doc['corpus']} seed {doc['seed']} ep {ep.index} {res['device']} {res['classes']} "
+              f"OOM +{inc['t']:.0f}s ceiling {inc['ceiling']:.0f}s warning "
+              f"{'lead ' + str(warned['lead']) if warned and warned['caught'] else 'MISSED'}")
+        k = t0 + inc["t"]
+        for t, rows in res["per_poll"]:
+            if not (k - window <= t <= k):
                 continue
-            warned = next((i for i in res["tiers"]["warning"]["incidents"] if i["t"] == inc["t"]), None)
-            print(f"\n### corpus {doc['corpus']} seed {doc['seed']} ep {ep.index} {res['device']} {res['classes']} "
-                  f"OOM +{inc['t']:.0f}s ceiling {inc['ceiling']:.0f}s warning "
-                  f"{'lead ' + str(warned['lead']) if warned and warned['caught'] else 'MISSED'}")
-            k = t0 + inc["t"]
-            for t, rows in res["per_poll"]:
-                if not (k - window <= t <= k):
-                    continue
-                for row, raw, held in rows:
-                    if row["headroom"] < 0:
-                        print(_poll_line(t, t0, row, raw, held))
+            for row, raw, held in rows:
+                if row["headroom"] < 0:
+                    print(_poll_line(t, t0, row, raw, held))
 
 
 def _poll_line(t: float, t0: float, row, raw, held) -> str:
