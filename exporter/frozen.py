@@ -15,11 +15,15 @@ _PLAIN: dict[type, bool] = {}  # dataclass -> copied without its __init__ (see r
 
 
 def is_plain(cls) -> bool:
-    """A dataclass whose __init__ only sets its fields (see replace)."""
+    """A dataclass whose __init__ only sets its fields: no __post_init__, no __slots__, every field in
+    __init__ and no ClassVar or InitVar pseudo-field. Such a record built or copied by filling its
+    ``__dict__`` is the object __init__ gives (replace here; nvml_types.frozen_maker and
+    foresight.result.positional_maker build them so)."""
     plain = _PLAIN.get(cls)
     if plain is None:
         plain = _PLAIN[cls] = (dataclasses.is_dataclass(cls) and not hasattr(cls, "__post_init__")
                                and not hasattr(cls, "__slots__")
+                               and len(dataclasses.fields(cls)) == len(cls.__dataclass_fields__)
                                and all(f.init for f in dataclasses.fields(cls)))
     return plain
 

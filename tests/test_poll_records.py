@@ -79,3 +79,24 @@ def test_pod_share_rows_built_by_dict_are_inits(values):
     assert list(vars(fast)) == list(vars(slow)) and fast.key == slow.key and fast.attributed == slow.attributed
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.pod = "other"
+
+
+def test_one_check_says_which_records_may_be_built_by_their_dict():
+    """exporter.frozen.is_plain decides for replace, frozen_maker and positional_maker alike: a record
+    with an InitVar (a pseudo-field its __init__ consumes) keeps its __init__ in all three."""
+    from exporter.backend.nvml_types import frozen_maker
+    from exporter.foresight.result import positional_maker
+
+    @dataclasses.dataclass(frozen=True)
+    class WithInitVar:
+        ratio: float
+        scale: dataclasses.InitVar[float] = 1.0
+
+    @dataclasses.dataclass(frozen=True)
+    class Plain:
+        ratio: float
+
+    assert not is_plain(WithInitVar) and is_plain(Plain)
+    assert frozen_maker(WithInitVar) is WithInitVar and positional_maker(WithInitVar) is WithInitVar
+    assert frozen_maker(Plain) is not Plain and positional_maker(Plain) is not Plain
+    assert replace(WithInitVar(0.5), ratio=0.25) == WithInitVar(0.25)

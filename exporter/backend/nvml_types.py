@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import NamedTuple
 
+from exporter.frozen import is_plain
+
 
 class _NotAvailable:
     """Singleton meaning "this device/driver cannot tell us"; falsy so ``or`` chains work."""
@@ -198,8 +200,7 @@ def frozen_maker(cls):
     ``__init__``, which says what is wrong as it always did.
     """
     fields = dataclasses.fields(cls)
-    if (not cls.__dataclass_params__.frozen or hasattr(cls, "__post_init__") or hasattr(cls, "__slots__")
-            or len(fields) != len(cls.__dataclass_fields__) or not all(f.init for f in fields)):
+    if not cls.__dataclass_params__.frozen or not is_plain(cls):
         return cls  # its __init__ does more than set fields: keep it
     names = frozenset(f.name for f in fields)
     defaults = {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}

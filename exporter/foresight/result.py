@@ -7,6 +7,7 @@ from typing import Callable, Iterator
 
 from exporter.foresight.forecast import DeviceForecast
 from exporter.foresight.profiles import WorkloadProfile
+from exporter.frozen import is_plain
 from exporter.snapshot import GpuInfo, ProcessInfo
 
 
@@ -109,8 +110,7 @@ def positional_maker(cls) -> Callable:
     ``__init__`` does more than set its fields keeps its ``__init__``.
     """
     names = tuple(f.name for f in fields(cls))
-    if (not cls.__dataclass_params__.frozen or hasattr(cls, "__post_init__") or hasattr(cls, "__slots__")
-            or len(names) != len(cls.__dataclass_fields__) or not all(f.init for f in fields(cls))
+    if (not cls.__dataclass_params__.frozen or not is_plain(cls)
             or any(f.default_factory is not MISSING for f in fields(cls))):
         return cls
     new, count = object.__new__, len(names)
