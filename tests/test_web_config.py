@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -224,3 +225,24 @@ def test_deep_nesting_and_huge_files_are_one_line(pki):
         with pytest.raises(WebConfigError) as caught:
             load_web_config(str(path))
         assert "\n" not in str(caught.value) and str(path) in str(caught.value)
+
+
+def test_without_bcrypt_only_basic_auth_is_refused(pki, monkeypatch):
+    """An install without bcrypt (a GPU image had none) still serves: only basic_auth_users need it, and
+    asking for them there is one line naming the file and the missing package, not an import traceback."""
+    monkeypatch.setitem(sys.modules, "bcrypt", None)  # `import bcrypt` now raises ImportError
+    assert load_web_config(str(write(pki, TLS + "}"))).auth is None
+    path = write(pki, f"basic_auth_users: {{alice: '{HASH}'}}")
+    with pytest.raises(WebConfigError) as caught:
+        load_web_config(str(path))
+    assert str(caught.value) == (f"{path}: basic_auth_users need the bcrypt package, which is not installed "
+                                 "(pip install bcrypt)")
+
+
+def test_serve_starts_without_bcrypt(tmp_path):
+    """`exporter serve`'s imports (the web config among them) do not need bcrypt."""
+    code = ("import sys; sys.modules['bcrypt'] = None; import exporter.cli, exporter.server, exporter.web.config, "
+            "exporter.web.checks; print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.stdout.strip() == "ok", done.stderr

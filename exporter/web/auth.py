@@ -22,8 +22,6 @@ import os
 from collections import Counter, OrderedDict
 from typing import Mapping
 
-import bcrypt
-
 CACHE_SIZE = 256
 MAX_PENDING_CHECKS = 8
 BCRYPT_MAX_PASSWORD = 72  # bcrypt uses at most 72 bytes of a password (Go truncates the same way)
@@ -74,10 +72,27 @@ def parse_basic(header: str) -> tuple[bytes, bytes] | None:
     return (user, password) if sep else None
 
 
+class BcryptMissing(RuntimeError):
+    """basic_auth_users were configured on an install without the bcrypt package."""
+
+
+def _bcrypt():
+    # Imported here, not at the top: `serve` without basic_auth_users must start (and start fast) on an
+    # install that lacks bcrypt, as a lent H100's image did (docs/performance.md, "On a real H100").
+    try:
+        import bcrypt
+    except ImportError:
+        raise BcryptMissing("basic_auth_users need the bcrypt package, which is not installed "
+                            "(pip install bcrypt)") from None
+    return bcrypt
+
+
 class BasicAuth:
-    """The users of one config; ``cached`` is the fast path, ``check`` the bcrypt one (thread-safe)."""
+    """The users of one config; ``cached`` is the fast path, ``check`` the bcrypt one (thread-safe).
+    BcryptMissing when the bcrypt package is not installed."""
 
     def __init__(self, users: Mapping[str, str]) -> None:
+        bcrypt = self._bcrypt = _bcrypt()
         self._users = {name.encode("utf-8", "surrogateescape"): hashed.encode("utf-8", "surrogateescape")
                        for name, hashed in users.items()}
         self._key = os.urandom(32)
@@ -124,7 +139,7 @@ class BasicAuth:
         known = user in self._users
         hashed = self._users.get(user, self._dummy)
         try:
-            matches = bcrypt.checkpw(password[:BCRYPT_MAX_PASSWORD], hashed)
+            matches = self._bcrypt.checkpw(password[:BCRYPT_MAX_PASSWORD], hashed)
         except ValueError:  # a hash Go's cost check lets through but that is not valid bcrypt
             matches = False
         verdict = hmac.compare_digest(b"\1" if matches and known else b"\0", b"\1")

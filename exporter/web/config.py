@@ -25,7 +25,7 @@ import yaml
 
 from exporter.errors import UserError
 from exporter.web import goyaml
-from exporter.web.auth import BasicAuth, go_bcrypt_cost
+from exporter.web.auth import BasicAuth, BcryptMissing, go_bcrypt_cost
 from exporter.web.tls import (
     CLIENT_AUTH_TYPES,
     GO_CIPHERS,
@@ -240,7 +240,10 @@ def load_web_config(path: str) -> WebConfig:
         raise WebConfigError(f"{path}: tls_server_config.{exc.field}: {exc}") from None
     rate = raw.get("rate_limit", {})
     interval, burst = max(0.0, rate.get("interval", 0.0)), max(0, rate.get("burst") or 0)  # Go: <= 0 = no limit
-    auth = BasicAuth(users) if users else None
+    try:
+        auth = BasicAuth(users) if users else None
+    except BcryptMissing as exc:
+        raise WebConfigError(f"{path}: {exc}") from None
     if auth is not None and auth.slow_users:
         notes.append(f"{auth.slow_users} user(s) have a bcrypt cost above 14: each first login takes seconds")
     if tls is None and users:
