@@ -38,6 +38,7 @@ from exporter.foresight.demand import HORIZON_SECONDS, Curve, curve_value, deman
 from exporter.foresight.exhaustion import exhaustion_eta  # noqa: F401 - its home before the window kept sums
 from exporter.foresight.profiles import PEAK_BAND, WorkloadProfile, timeline_level
 from exporter.foresight.progress import LATE_FACTOR
+from exporter.foresight.unscheduled import unscheduled
 
 STAGGER_STEP_SECONDS = 5.0  # resolution of the stagger advice
 MATCH_TOLERANCE = 1.3  # a run more than this above (or below) its profile is another kind of run
@@ -64,6 +65,7 @@ class ProcessState:
     steady: bool = False  # its use has held level (within STEADY_BAND) for the last STEADY_SECONDS
     adjust: float = 1.0  # learned/scaled: what outcomes taught its workload (exporter.foresight.calibration)
     swing_bytes: int = 0  # without a profile: what it holds above its recent low, if it gave memory back lately
+    unscheduled_peak: bool = False  # its workload peaks at no fixed age and it has not yet: held until its end (unscheduled.py)
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,8 @@ def follows(profile: WorkloadProfile, run_max_bytes: int, age: float, slowdown: 
     """
     if run_max_bytes > profile.peak_bytes * MATCH_TOLERANCE:
         return False
+    if unscheduled(profile):  # its runs peak at no fixed age: one that has not peaked yet is not late
+        return True
     reached = age / (max(1.0, slowdown) * LATE_FACTOR)
     return run_max_bytes * MATCH_TOLERANCE >= _held_by(profile, reached)
 
@@ -148,6 +152,8 @@ def process_curve(p: ProcessState, grace: float = 0.0) -> Curve:
     if position >= duration:
         late = max(0.0, p.age_seconds - duration * slowdown)
         return ((0.0, max(p.used_bytes, p.floor_bytes)),), max(grace - late, late, grace / 2)
+    if p.unscheduled_peak:  # the peak comes when it comes before the run's end (exporter.foresight.unscheduled)
+        return ((0.0, max(p.used_bytes, int(profile.peak_bytes * p.adjust))),), (duration - position) * slowdown
     timeline = profile.scaled_timeline()
     ends = [age for age, _ in timeline[1:]] + [duration]
     ratio = _level_ratio(profile, timeline, position, p.used_bytes, p.steady) * p.adjust

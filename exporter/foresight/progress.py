@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.foresight.profiles import PEAK_BAND, WorkloadProfile
+from exporter.foresight.unscheduled import unscheduled
 
 LANDMARK_SHARE = 0.1  # a change of at least this share of the peak is a landmark
 MIN_SPEED_POLLS = 10  # a landmark times a run once it is this many polls old (crossing known to +-5 %)
@@ -55,8 +56,8 @@ _CACHE: dict[tuple[str, float, int], tuple[Landmark, ...]] = {}
 
 def is_clock(profile: WorkloadProfile) -> bool:
     """True when the profile's timeline times a run: one peak excursion, late in the run."""
-    if (profile.peak_at_fraction or 0.0) < CLOCK_PEAK_FRACTION:
-        return False
+    if (profile.peak_at_fraction or 0.0) < CLOCK_PEAK_FRACTION or unscheduled(profile):
+        return False  # a server peaks as it loads; an unscheduled peak keeps no time (unscheduled.py)
     band = PEAK_BAND * profile.peak_bytes
     excursions, inside = 0, False
     for _age, value in profile.scaled_timeline():

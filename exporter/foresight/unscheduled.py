@@ -1,0 +1,84 @@
+"""A workload whose peak comes at no fixed age: held as still to come until its run's learned end.
+
+Most workloads peak where their runs always do (a fine-tune's first evaluation, a render's final
+decode, a server's warm-up), and exporter.foresight.progress reads a run's place on its learned
+timeline from that. Some do not: a GPU test suite whose tests run in another order (or take
+other times) each run, a notebook whose user loads the model when they like. Their runs reach
+their peak at ages that differ by more than any slowdown explains; the timeline of the newest
+run places the peak where that run had it, and a later run that has not peaked by then is
+not "late", nor "another kind of run": its peak is still to come, at an age nobody knows.
+
+Such a profile is **unscheduled**: at least two of its recent runs reached PEAK_BAND of the
+peak at ages more than LATE_FACTOR times apart (what progress calls a landmark crossed unseen)
+and more than UNSCHEDULED_SHARE of the run's duration apart (two early peaks seconds apart are
+one schedule). It is not a clock (progress.is_clock), its runs are not dropped for being late
+(forecast.follows), and a run of it that has not reached PEAK_BAND of its peak yet is forecast
+holding that peak from now until its learned end (``ProcessState.unscheduled_peak``,
+forecast.process_curve): whenever the peak comes within the run, it is counted.
+
+When, though, is not known. A collision is only likely if it happens *whenever* the peak comes
+(:func:`whenever_overflow`: the peak over the lowest its co-tenants hold in the run's remaining
+life, other runs awaiting such a peak at what they hold now); exporter.foresight.confidence caps
+the confidence by it, and a collision predicted "now" on such a peak is not late when it has
+not come yet (state.py leaves it out of confidence.mark_due).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from exporter.foresight.demand import HORIZON_SECONDS, demand_profile
+from exporter.foresight.profiles import WorkloadProfile
+
+UNSCHEDULED_FACTOR = 1.5  # peak ages this many times apart: no slowdown explains it (progress.LATE_FACTOR)
+UNSCHEDULED_SHARE = 0.25  # ... and this share of the run's duration apart (early peaks seconds apart are one schedule)
+
+
+def unscheduled(profile: WorkloadProfile | None) -> bool:
+    """True when the profile's recent runs reached their peak at ages no schedule explains (see module)."""
+    if profile is None:
+        return False
+    kept = profile.__dict__.get("_unscheduled")  # asked for every run every poll; the profile is frozen
+    if kept is None:
+        ages = [a for a in profile.recent_peak_ages if a == a and a >= 0.0]
+        duration = profile.duration_seconds or 0.0
+        kept = False
+        if len(ages) >= 2 and duration > 0:
+            first, last = min(ages), max(ages)
+            kept = last > UNSCHEDULED_FACTOR * first and last - first > UNSCHEDULED_SHARE * duration
+        profile.__dict__["_unscheduled"] = kept
+    return kept
+
+
+def whenever_overflow(states: Sequence, curves: Sequence, other_bytes: int, capacity: int | None) -> int | None:
+    """Bytes over ``capacity`` that hold whenever an awaited unscheduled peak comes; None when no run awaits one.
+
+    For each run awaiting one (``state.unscheduled_peak``; its curve holds the peak until its end):
+    its peak plus the lowest demand of everything else over that window, where another run awaiting
+    such a peak counts at what it holds now (two unknown moments meeting is not likely). The largest
+    of these, less the capacity (negative: it clears somewhere in the window). ``curves``: the
+    states' process curves (forecast.process_curve), in order.
+    """
+    if capacity is None:
+        return None
+    waiting = [i for i, s in enumerate(states) if s.unscheduled_peak]
+    if not waiting:
+        return None
+    best = None
+    for i in waiting:
+        steps, end = curves[i]
+        peak = max((v for _, v in steps), default=0)
+        window = HORIZON_SECONDS if end is None else min(end, HORIZON_SECONDS)
+        rest = [((((0.0, s.used_bytes),), curves[j][1]) if s.unscheduled_peak else curves[j])
+                for j, s in enumerate(states) if j != i]
+        lowest = min((total for tau, total in demand_profile(rest, other_bytes) if tau < window),
+                     default=other_bytes)
+        over = lowest + peak - capacity
+        best = over if best is None else max(best, over)
+    return best
+
+
+def awaits_unscheduled(states: Sequence, forecast) -> bool:
+    """True when the predicted contention needs the growth of a run awaiting an unscheduled peak."""
+    at = forecast.at_contention_bytes
+    return any(s.unscheduled_peak and at.get(s.pid, 0) > s.used_bytes for s in states)
