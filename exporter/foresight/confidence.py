@@ -287,7 +287,7 @@ def contention_confidence(states: Sequence[ProcessState], forecast: DeviceForeca
     eta = forecast.contention_in_seconds
     drift = timing_drift(states, growth, eta, eta + min(over, HORIZON_SECONDS), grace)
     timing = 1.0 if drift <= 0 else min(1.0, over / drift)
-    if any(s.unscheduled_peak for s in states):  # a peak of no fixed age: the overflow must hold whenever it comes
+    if any(s.unscheduled_top for s in states):  # a peak of no fixed age: the overflow must hold whenever it comes
         clears = min(clears, _clears_whenever(states, forecast, grace, ungrounded, margin))
     return round(min(grounded, clears, timing), 2)
 

@@ -65,7 +65,7 @@ class ProcessState:
     steady: bool = False  # its use has held level (within STEADY_BAND) for the last STEADY_SECONDS
     adjust: float = 1.0  # learned/scaled: what outcomes taught its workload (exporter.foresight.calibration)
     swing_bytes: int = 0  # without a profile: what it holds above its recent low, if it gave memory back lately
-    unscheduled_peak: bool = False  # its workload peaks at no fixed age and it has not yet: held until its end (unscheduled.py)
+    unscheduled_top: int = 0  # its workload peaks at no fixed age: the most it may still reach, held until its end (unscheduled.py)
 
 
 @dataclass(frozen=True)
@@ -152,8 +152,8 @@ def process_curve(p: ProcessState, grace: float = 0.0) -> Curve:
     if position >= duration:
         late = max(0.0, p.age_seconds - duration * slowdown)
         return ((0.0, max(p.used_bytes, p.floor_bytes)),), max(grace - late, late, grace / 2)
-    if p.unscheduled_peak:  # the peak comes when it comes before the run's end (exporter.foresight.unscheduled)
-        return ((0.0, max(p.used_bytes, int(profile.peak_bytes * p.adjust))),), (duration - position) * slowdown
+    if p.unscheduled_top:  # its peaks come when they come before the run's end (exporter.foresight.unscheduled)
+        return ((0.0, max(p.used_bytes, int(p.unscheduled_top * p.adjust))),), (duration - position) * slowdown
     timeline = profile.scaled_timeline()
     ends = [age for age, _ in timeline[1:]] + [duration]
     ratio = _level_ratio(profile, timeline, position, p.used_bytes, p.steady) * p.adjust

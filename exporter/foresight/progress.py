@@ -56,8 +56,8 @@ _CACHE: dict[tuple[str, float, int], tuple[Landmark, ...]] = {}
 
 def is_clock(profile: WorkloadProfile) -> bool:
     """True when the profile's timeline times a run: one peak excursion, late in the run."""
-    if (profile.peak_at_fraction or 0.0) < CLOCK_PEAK_FRACTION or unscheduled(profile):
-        return False  # a server peaks as it loads; an unscheduled peak keeps no time (unscheduled.py)
+    if (profile.peak_at_fraction or 0.0) < CLOCK_PEAK_FRACTION:
+        return False
     band = PEAK_BAND * profile.peak_bytes
     excursions, inside = 0, False
     for _age, value in profile.scaled_timeline():
@@ -121,7 +121,8 @@ class RunProgress:
                 continue
             if age > mark.age * max(1.0, slowdown) * LATE_FACTOR + 2 * interval:
                 if mark.rising and mark.level >= 0.5 * self.profile.peak_bytes and \
-                        run_max < SMALLER_SHARE * self.profile.peak_bytes:
+                        run_max < SMALLER_SHARE * self.profile.peak_bytes and not unscheduled(self.profile):
+                    # (a run of a workload that peaks at no fixed age waits for it: unscheduled.py)
                     self.smaller = True  # never even got near the big part of its profile
                 self.passed_at.append(None)  # crossed unseen, or never will: move on
                 continue

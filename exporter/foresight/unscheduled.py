@@ -12,9 +12,10 @@ Such a profile is **unscheduled**: at least two of its recent runs reached PEAK_
 peak at ages more than LATE_FACTOR times apart (what progress calls a landmark crossed unseen)
 and more than UNSCHEDULED_SHARE of the run's duration apart (two early peaks seconds apart are
 one schedule). It is not a clock (progress.is_clock), its runs are not dropped for being late
-(forecast.follows), and a run of it that has not reached PEAK_BAND of its peak yet is forecast
-holding that peak from now until its learned end (``ProcessState.unscheduled_peak``,
-forecast.process_curve): whenever the peak comes within the run, it is counted.
+(forecast.follows), and a run of it is forecast holding
+what it may still reach (:func:`still_to_come`: its peak, if it has not come within PEAK_BAND of it yet)
+from now until its learned end (``ProcessState.unscheduled_top``, forecast.process_curve): whenever
+the peak comes within the run, it is counted.
 
 When, though, is not known. A collision is only likely if it happens *whenever* the peak comes
 (:func:`whenever_overflow`: the peak over the lowest its co-tenants hold in the run's remaining
@@ -28,7 +29,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from exporter.foresight.demand import HORIZON_SECONDS, demand_profile
-from exporter.foresight.profiles import WorkloadProfile
+from exporter.foresight.profiles import PEAK_BAND, WorkloadProfile
 
 UNSCHEDULED_FACTOR = 1.5  # peak ages this many times apart: no slowdown explains it (progress.LATE_FACTOR)
 UNSCHEDULED_SHARE = 0.25  # ... and this share of the run's duration apart (early peaks seconds apart are one schedule)
@@ -50,10 +51,27 @@ def unscheduled(profile: WorkloadProfile | None) -> bool:
     return kept
 
 
+def still_to_come(profile: WorkloadProfile, run_peak: int, age: float, slowdown: float) -> int:
+    """The peak (bytes) a run of an unscheduled profile is held at until its end, 0 while it is not late for it.
+
+    Late: ``age`` (s) is past where the profile's newest run first came within PEAK_BAND of its peak (at
+    ``slowdown``), and the run has not come within PEAK_BAND of it yet. Until then the learned timeline is
+    read as for any workload (the newest run's timing is as good a guess as any); from then on the old
+    reading would take the peak as past, or the run as another kind of run (``ProcessState.unscheduled_top``).
+    """
+    band = PEAK_BAND * profile.peak_bytes
+    if run_peak >= band:
+        return 0
+    first = next((start for start, value in profile.scaled_timeline() if value >= band), None)
+    if first is None or age <= first * max(1.0, slowdown):
+        return 0
+    return profile.peak_bytes
+
+
 def whenever_overflow(states: Sequence, curves: Sequence, other_bytes: int, capacity: int | None) -> int | None:
     """Bytes over ``capacity`` that hold whenever an awaited unscheduled peak comes; None when no run awaits one.
 
-    For each run awaiting one (``state.unscheduled_peak``; its curve holds the peak until its end):
+    For each run awaiting one (``state.unscheduled_top``; its curve holds it until its end):
     its peak plus the lowest demand of everything else over that window, where another run awaiting
     such a peak counts at what it holds now (two unknown moments meeting is not likely). The largest
     of these, less the capacity (negative: it clears somewhere in the window). ``curves``: the
@@ -61,7 +79,7 @@ def whenever_overflow(states: Sequence, curves: Sequence, other_bytes: int, capa
     """
     if capacity is None:
         return None
-    waiting = [i for i, s in enumerate(states) if s.unscheduled_peak]
+    waiting = [i for i, s in enumerate(states) if s.unscheduled_top]
     if not waiting:
         return None
     best = None
@@ -69,7 +87,7 @@ def whenever_overflow(states: Sequence, curves: Sequence, other_bytes: int, capa
         steps, end = curves[i]
         peak = max((v for _, v in steps), default=0)
         window = HORIZON_SECONDS if end is None else min(end, HORIZON_SECONDS)
-        rest = [((((0.0, s.used_bytes),), curves[j][1]) if s.unscheduled_peak else curves[j])
+        rest = [((((0.0, s.used_bytes),), curves[j][1]) if s.unscheduled_top else curves[j])
                 for j, s in enumerate(states) if j != i]
         lowest = min((total for tau, total in demand_profile(rest, other_bytes) if tau < window),
                      default=other_bytes)
@@ -81,4 +99,4 @@ def whenever_overflow(states: Sequence, curves: Sequence, other_bytes: int, capa
 def awaits_unscheduled(states: Sequence, forecast) -> bool:
     """True when the predicted contention needs the growth of a run awaiting an unscheduled peak."""
     at = forecast.at_contention_bytes
-    return any(s.unscheduled_peak and at.get(s.pid, 0) > s.used_bytes for s in states)
+    return any(s.unscheduled_top and at.get(s.pid, 0) > s.used_bytes for s in states)
