@@ -144,3 +144,22 @@ def test_a_suite_late_for_its_spike_beside_a_job_ending_first_does_not_page():
     seen = confidences_with(learned_batch=True)
     assert any(c is not None for _, c in seen), "the collision is still predicted (a warning)"
     assert all(c is None or c < CRITICAL_CONFIDENCE for _, c in seen), seen
+
+
+def test_of_several_runs_awaiting_an_unscheduled_peak_one_is_held_at_it():
+    """Two unknown moments meeting is not likely: the run that grows most by its peak is held at it, the
+    other at what it uses (the healthy mixed node's queue workers are not all forecast at their peaks at
+    once: tests/test_foresight_sim.py)."""
+    from exporter.foresight.unscheduled import one_awaited
+
+    profile = learned_profile([120.0, 40.0])
+    small = ProcessState(pid=1, used_bytes=10 * GiB, age_seconds=100.0, profile=profile, position=40.0,
+                         basis="learned", unscheduled_top=profile.peak_bytes)
+    large = ProcessState(pid=2, used_bytes=2 * GiB, age_seconds=100.0, profile=profile, position=40.0,
+                         basis="learned", unscheduled_top=profile.peak_bytes)
+    plain = ProcessState(pid=3, used_bytes=GiB, age_seconds=5.0)
+    held = one_awaited([small, large, plain])
+    assert [process_curve(s)[0][0][1] for s in held] == [10 * GiB, profile.peak_bytes, GiB]
+    assert held[1] is large and held[2] is plain
+    alone = [large, plain]
+    assert one_awaited(alone) is alone

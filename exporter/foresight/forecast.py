@@ -153,7 +153,8 @@ def process_curve(p: ProcessState, grace: float = 0.0) -> Curve:
         late = max(0.0, p.age_seconds - duration * slowdown)
         return ((0.0, max(p.used_bytes, p.floor_bytes)),), max(grace - late, late, grace / 2)
     if p.unscheduled_top:  # its peaks come when they come before the run's end (exporter.foresight.unscheduled)
-        return ((0.0, max(p.used_bytes, int(p.unscheduled_top * p.adjust))),), (duration - position) * slowdown
+        top = int(p.unscheduled_top * p.adjust) if p.unscheduled_top > p.used_bytes else p.used_bytes
+        return ((0.0, max(p.used_bytes, top)),), (duration - position) * slowdown
     timeline = profile.scaled_timeline()
     ends = [age for age, _ in timeline[1:]] + [duration]
     ratio = _level_ratio(profile, timeline, position, p.used_bytes, p.steady) * p.adjust

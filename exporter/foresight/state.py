@@ -21,7 +21,7 @@ from exporter.foresight.calibration import OutcomeLearner
 from exporter.foresight.confidence import ConfidenceHold, after_kill, contention_confidence, hold_confidence, mark_due
 from exporter.foresight.exhaustion import TrendWindow
 from exporter.foresight.forecast import forecast_device
-from exporter.foresight.unscheduled import awaits_unscheduled
+from exporter.foresight.unscheduled import awaits_unscheduled, one_awaited
 from exporter.foresight.outcome import FULL_FRACTION, OUTCOME_GRACE, Outcomes
 from exporter.foresight.profiles import RunRecorder, WorkloadProfile, learn_run, learn_running
 from exporter.foresight.progress import device_slowdown
@@ -237,6 +237,7 @@ class Foresight:
         self._slowdowns[device_key] = device_slowdown([s[0] if s is not None and s[1] else None for s in speeds])
         slowdown = device_slowdown([None if s is None else s[0] for s in speeds])
         states = [self.planner.state(proc, live, plan, now, slowdown) for proc, live, plan in zip(domain.processes, lives, plans)]
+        states = one_awaited(states)  # at most one peak of no fixed age counted at once (unscheduled.py)
         factors = [1.0] * len(states)
         if self.learner.outcomes:  # most hosts have none: skip the lookups
             factors = [self.learner.factor(workload_of(live.run.key)) if s.profile is not None else 1.0

@@ -26,6 +26,7 @@ not come yet (state.py leaves it out of confidence.mark_due).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 from exporter.foresight.demand import HORIZON_SECONDS, demand_profile
@@ -66,6 +67,22 @@ def still_to_come(profile: WorkloadProfile, run_peak: int, age: float, slowdown:
     if first is None or age <= first * max(1.0, slowdown):
         return 0
     return profile.peak_bytes
+
+
+def one_awaited(states: list) -> list:
+    """The states with at most one run held at its unscheduled peak: the one that grows most by it.
+
+    Each such peak comes at a moment nobody knows; two of them meeting is not likely, and a host of
+    many (a node's queue workers) would otherwise be forecast all at their peaks at once. The others
+    hold what they use now until their end (``unscheduled_top`` set to it: what they hold is known,
+    when they rise is not). ``states`` is returned itself when at most one run awaits such a peak.
+    """
+    waiting = [i for i, s in enumerate(states) if s.unscheduled_top]
+    if len(waiting) < 2:
+        return states
+    chosen = max(waiting, key=lambda i: states[i].unscheduled_top - states[i].used_bytes)  # the first of equals
+    return [replace(s, unscheduled_top=max(1, s.used_bytes)) if i in waiting and i != chosen else s
+            for i, s in enumerate(states)]
 
 
 def whenever_overflow(states: Sequence, curves: Sequence, other_bytes: int, capacity: int | None) -> int | None:
