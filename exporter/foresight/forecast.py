@@ -14,7 +14,9 @@ process p's expected memory ``tau`` seconds from now. How m_p is obtained is its
   holds at least what it uses now; later steps follow the timeline, so a spike in progress
   ends when its profile says it ends. It drops to zero when the learned run ended; a run
   already past that is expected to last as long again as it is late (bounded by evidence,
-  not for ever).
+  not for ever). A run late for a peak its workload's runs reach at no fixed age (a test
+  suite's largest test) holds that peak until its learned end instead (unscheduled_top;
+  exporter.foresight.unscheduled).
 - ``declared``: a size the process declared (GPUSHARE_EXPECTED_PEAK: bytes, or parameters
   through the LLM sizing rule), held for the run's life.
 - ``trend``: the run's own steady growth, extrapolated for a quarter of its age (at most
@@ -105,7 +107,8 @@ def follows(profile: WorkloadProfile, run_max_bytes: int, age: float, slowdown: 
     A run well above the learned peak, or well below what the learned timeline held by
     the time the run reached (allowing it to be LATE_FACTOR times later than the device's
     slowdown), is another kind of run under the same command line (another input, another
-    batch size, another model): its profile says nothing about it.
+    batch size, another model): its profile says nothing about it. Lateness says nothing of a
+    run whose workload peaks at no fixed age (exporter.foresight.unscheduled).
     """
     if run_max_bytes > profile.peak_bytes * MATCH_TOLERANCE:
         return False

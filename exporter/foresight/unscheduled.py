@@ -9,19 +9,22 @@ run places the peak where that run had it, and a later run that has not peaked b
 not "late", nor "another kind of run": its peak is still to come, at an age nobody knows.
 
 Such a profile is **unscheduled**: at least two of its recent runs reached PEAK_BAND of the
-peak at ages more than LATE_FACTOR times apart (what progress calls a landmark crossed unseen)
-and more than UNSCHEDULED_SHARE of the run's duration apart (two early peaks seconds apart are
-one schedule). It is not a clock (progress.is_clock), its runs are not dropped for being late
-(forecast.follows), and a run of it is forecast holding
-what it may still reach (:func:`still_to_come`: its peak, if it has not come within PEAK_BAND of it yet)
-from now until its learned end (``ProcessState.unscheduled_top``, forecast.process_curve): whenever
-the peak comes within the run, it is counted.
+peak at ages more than UNSCHEDULED_FACTOR times apart (progress.LATE_FACTOR: later than that, a
+landmark counts as crossed unseen) and more than UNSCHEDULED_SHARE of the run's duration apart
+(two early peaks seconds apart are one schedule). Its timeline is read as any other until a run is
+late for the peak its newest run had (the newest run's timing is as good a guess as any); from
+then on the old reading took the peak as never coming (forecast.follows dropped the profile as
+another kind of run, progress flagged the run "smaller"). Now a run late for an unscheduled peak
+keeps its profile and is forecast holding that peak from now until its learned end
+(:func:`still_to_come`, ``ProcessState.unscheduled_top``, forecast.process_curve). Of several such
+runs on one device only the one that grows most by it is (:func:`one_awaited`): two unknown moments
+meeting is not likely.
 
 When, though, is not known. A collision is only likely if it happens *whenever* the peak comes
 (:func:`whenever_overflow`: the peak over the lowest its co-tenants hold in the run's remaining
-life, other runs awaiting such a peak at what they hold now); exporter.foresight.confidence caps
-the confidence by it, and a collision predicted "now" on such a peak is not late when it has
-not come yet (state.py leaves it out of confidence.mark_due).
+life); exporter.foresight.confidence caps the confidence by it, and a collision predicted "now"
+on such a peak is not late when it has not come yet (state.py leaves it out of
+confidence.mark_due). Measured in docs/foresight.md, "The critical tier, ninth round".
 """
 
 from __future__ import annotations
