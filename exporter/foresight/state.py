@@ -21,7 +21,7 @@ from exporter.foresight.calibration import OutcomeLearner
 from exporter.foresight.confidence import ConfidenceHold, after_kill, contention_confidence, hold_confidence, mark_due
 from exporter.foresight.exhaustion import TrendWindow
 from exporter.foresight.forecast import forecast_device
-from exporter.foresight.unscheduled import awaits_unscheduled, one_awaited
+from exporter.foresight.unscheduled import due_eta, one_awaited
 from exporter.foresight.outcome import FULL_FRACTION, OUTCOME_GRACE, Outcomes
 from exporter.foresight.profiles import RunRecorder, WorkloadProfile, learn_run, learn_running
 from exporter.foresight.progress import device_slowdown
@@ -253,9 +253,8 @@ class Foresight:
         # Held while the contention stays predicted (OUTCOME_GRACE: the rules' keep_firing_for), and
         # not repeated for the same overflow soon after it cleared (confidence.hold_confidence).
         raw = contention_confidence(states, forecast, interval)
-        eta = None if raw is None else forecast.contention_in_seconds  # a collision "now" that does not come is late
-        if eta is not None and awaits_unscheduled(states, forecast):
-            eta = None  # ... unless it rests on a peak of no fixed age, that is never late (unscheduled.py)
+        # a collision "now" that does not come is late, unless it rests on a peak of no fixed age (unscheduled.py)
+        eta = due_eta(raw, states, forecast)
         overflow = -(forecast.headroom_bytes or 0)
         self._confidence[device_key] = mark_due(self._confidence.get(device_key), now, eta, interval, overflow, capacity)
         confidence, self._confidence[device_key] = hold_confidence(

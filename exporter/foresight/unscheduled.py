@@ -120,3 +120,11 @@ def awaits_unscheduled(states: Sequence, forecast) -> bool:
     """True when the predicted contention needs the growth of a run awaiting an unscheduled peak."""
     at = forecast.at_contention_bytes
     return any(s.unscheduled_top and at.get(s.pid, 0) > s.used_bytes for s in states)
+
+
+def due_eta(raw: float | None, states: Sequence, forecast) -> float | None:
+    """The ETA confidence.mark_due is told of a poll: none without a raw confidence, nor for a collision
+    that rests on an awaited unscheduled peak (it is never late: it comes when it comes)."""
+    if raw is None or awaits_unscheduled(states, forecast):
+        return None
+    return forecast.contention_in_seconds
