@@ -29,7 +29,6 @@ confidence.mark_due). Measured in docs/foresight.md, "The critical tier, ninth r
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Sequence
 
 from exporter.foresight.demand import HORIZON_SECONDS, demand_profile
@@ -66,7 +65,10 @@ def still_to_come(profile: WorkloadProfile, run_peak: int, age: float, slowdown:
     band = PEAK_BAND * profile.peak_bytes
     if run_peak >= band:
         return 0
-    first = next((start for start, value in profile.scaled_timeline() if value >= band), None)
+    first = profile.__dict__.get("_first_peak_age", False)  # asked every poll; the profile is frozen
+    if first is False:
+        first = profile.__dict__["_first_peak_age"] = next(
+            (start for start, value in profile.scaled_timeline() if value >= band), None)
     if first is None or age <= first * max(1.0, slowdown):
         return 0
     return profile.peak_bytes
@@ -84,14 +86,22 @@ def one_awaited(states: list) -> list:
     if len(waiting) < 2:
         return states
     chosen = max(waiting, key=lambda i: states[i].unscheduled_top - states[i].used_bytes)  # the first of equals
-    return [replace(s, unscheduled_top=max(1, s.used_bytes)) if i in waiting and i != chosen else s
-            for i, s in enumerate(states)]
+    return [_held_at_use(s) if s.unscheduled_top and i != chosen else s for i, s in enumerate(states)]
+
+
+def _held_at_use(state):
+    """The state with ``unscheduled_top`` at what it uses: dataclasses.replace's result, without its
+    __init__ (a node's queue workers: many such runs a poll; exporter.foresight.result.positional_maker)."""
+    held = object.__new__(type(state))
+    held.__dict__.update(state.__dict__)
+    held.__dict__["unscheduled_top"] = max(1, state.used_bytes)
+    return held
 
 
 def whenever_overflow(states: Sequence, curves: Sequence, other_bytes: int, capacity: int | None) -> int | None:
     """Bytes over ``capacity`` that hold whenever an awaited unscheduled peak comes; None when no run awaits one.
 
-    For each run awaiting one (``state.unscheduled_top``; its curve holds it until its end):
+    For each run awaiting one (``state.unscheduled_top`` above what it holds; its curve holds it until its end):
     its peak plus the lowest demand of everything else over that window, where another run awaiting
     such a peak counts at what it holds now (two unknown moments meeting is not likely). The largest
     of these, less the capacity (negative: it clears somewhere in the window). ``curves``: the
@@ -99,7 +109,7 @@ def whenever_overflow(states: Sequence, curves: Sequence, other_bytes: int, capa
     """
     if capacity is None:
         return None
-    waiting = [i for i, s in enumerate(states) if s.unscheduled_top]
+    waiting = [i for i, s in enumerate(states) if s.unscheduled_top > s.used_bytes]  # one, after one_awaited()
     if not waiting:
         return None
     best = None
