@@ -238,6 +238,8 @@ def components(row) -> dict | None:
         held = sum(at.get(s.pid, 0) for s in states if conf._past_end(s)) + sum(conf._gives_back(s) for s in states)
     margin = max(conf.MIN_MARGIN_SHARE * (forecast.capacity_bytes or 0), 1)
     clears = max(0.0, min(1.0, (-forecast.headroom_bytes - ungrounded_growth - held) / margin))
+    if any(s.unscheduled_top for s in states):  # a peak of no fixed age: the overflow that holds whenever it comes
+        clears = min(clears, conf._clears_whenever(states, forecast, grace, ungrounded_growth + held, margin))
     over = conf.over_seconds(states, forecast, grace)
     eta = forecast.contention_in_seconds
     drift = conf.timing_drift(states, growth, eta, eta + min(over, conf.HORIZON_SECONDS), grace)
