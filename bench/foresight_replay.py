@@ -39,6 +39,7 @@ from exporter.backend.sim import SimBackend  # noqa: E402
 from exporter.foresight import Foresight, confidence as conf  # noqa: E402
 from exporter.foresight import state as fstate  # noqa: E402
 from exporter.foresight.state import OUTCOME_GRACE  # noqa: E402
+from exporter.foresight.unscheduled import due_eta  # noqa: E402
 
 
 def _record_episode(episode, interval: float, corpus: int) -> dict:
@@ -149,8 +150,8 @@ def replay_episode(rec: dict, episode, rules: dict, confidence_fn=None, trace_ro
             raw = raw_confidence(row, confidence_fn)
             overflow = -(row["headroom"] or 0)
             pids = frozenset() if row["states"] is None else frozenset(s.pid for s in row["states"])
-            holds[row["gi"]] = conf.mark_due(holds.get(row["gi"]), t, None if raw is None else row["eta"], row["grace"],
-                                          overflow, row["capacity"])
+            due = None if raw is None else due_eta(raw, row["states"], row["forecast"])  # as state.py tells mark_due
+            holds[row["gi"]] = conf.mark_due(holds.get(row["gi"]), t, due, row["grace"], overflow, row["capacity"])
             held, holds[row["gi"]] = conf.hold_confidence(raw, holds.get(row["gi"]), t, overflow, row["capacity"],
                                                           OUTCOME_GRACE, pids)
             scored_rows.append((row, raw, held))
@@ -237,6 +238,8 @@ def components(row) -> dict | None:
         held = sum(at.get(s.pid, 0) for s in states if conf._past_end(s)) + sum(conf._gives_back(s) for s in states)
     margin = max(conf.MIN_MARGIN_SHARE * (forecast.capacity_bytes or 0), 1)
     clears = max(0.0, min(1.0, (-forecast.headroom_bytes - ungrounded_growth - held) / margin))
+    if any(s.unscheduled_top for s in states):  # a peak of no fixed age: the overflow that holds whenever it comes
+        clears = min(clears, conf._clears_whenever(states, forecast, grace, ungrounded_growth + held, margin))
     over = conf.over_seconds(states, forecast, grace)
     eta = forecast.contention_in_seconds
     drift = conf.timing_drift(states, growth, eta, eta + min(over, conf.HORIZON_SECONDS), grace)

@@ -290,8 +290,8 @@ def test_positional_maker_builds_what_init_builds():
     cases = [
         (ProcessRow, (0, "GPU-x", None, 123, "python", "mps", "wl", 5, None, "", "", "", None, "current")),
         (ProcessRow, (3, "GPU-y", 2, 7, "vllm", "mig", "w~ab", None, 9, "ns", "pod", "c", 1, "learned")),
-        (ProcessState, (1, 2 * GiB, 30.5, None, 0.0, 1.0, "trend", 0, 1e6, 7.5, False, 1.0, 3)),
-        (ProcessState, (1, 2 * GiB, 30.5, profile, 12.0, 1.25, "learned", GiB, 0.0, 0.0, True, 1.0, 0)),
+        (ProcessState, (1, 2 * GiB, 30.5, None, 0.0, 1.0, "trend", 0, 1e6, 7.5, False, 1.0, 3, 0)),
+        (ProcessState, (1, 2 * GiB, 30.5, profile, 12.0, 1.25, "learned", GiB, 0.0, 0.0, True, 1.0, 0, 4 * GiB)),
     ]
     for cls, values in cases:
         fast, slow = positional_maker(cls)(*values), cls(*values)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from exporter.foresight.progress import is_clock
+from exporter.foresight.unscheduled import whenever_overflow
 from exporter.foresight.forecast import MATCH_TOLERANCE
 from exporter.foresight.forecast import HORIZON_SECONDS, DeviceForecast, ProcessState, demand_profile, process_curve
 
@@ -286,7 +287,18 @@ def contention_confidence(states: Sequence[ProcessState], forecast: DeviceForeca
     eta = forecast.contention_in_seconds
     drift = timing_drift(states, growth, eta, eta + min(over, HORIZON_SECONDS), grace)
     timing = 1.0 if drift <= 0 else min(1.0, over / drift)
+    if any(s.unscheduled_top for s in states):  # a peak of no fixed age: the overflow must hold whenever it comes
+        clears = min(clears, _clears_whenever(states, forecast, grace, ungrounded, margin))
     return round(min(grounded, clears, timing), 2)
+
+
+def _clears_whenever(states: Sequence[ProcessState], forecast: DeviceForecast, grace: float, ungrounded: float,
+                     margin: float) -> float:
+    """0..1: as ``clears`` in contention_confidence, of the overflow that holds whenever an awaited
+    unscheduled peak comes (exporter.foresight.unscheduled.whenever_overflow)."""
+    other = forecast.peak_sum_bytes - sum(forecast.peaks.values())
+    over = whenever_overflow(states, [process_curve(s, grace) for s in states], other, forecast.capacity_bytes)
+    return 1.0 if over is None else max(0.0, min(1.0, (over - ungrounded) / margin))
 
 
 @dataclass(frozen=True)

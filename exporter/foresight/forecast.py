@@ -14,7 +14,9 @@ process p's expected memory ``tau`` seconds from now. How m_p is obtained is its
   holds at least what it uses now; later steps follow the timeline, so a spike in progress
   ends when its profile says it ends. It drops to zero when the learned run ended; a run
   already past that is expected to last as long again as it is late (bounded by evidence,
-  not for ever).
+  not for ever). A run late for a peak its workload's runs reach at no fixed age (a test
+  suite's largest test) holds that peak until its learned end instead (unscheduled_top;
+  exporter.foresight.unscheduled).
 - ``declared``: a size the process declared (GPUSHARE_EXPECTED_PEAK: bytes, or parameters
   through the LLM sizing rule), held for the run's life.
 - ``trend``: the run's own steady growth, extrapolated for a quarter of its age (at most
@@ -38,6 +40,7 @@ from exporter.foresight.demand import HORIZON_SECONDS, Curve, curve_value, deman
 from exporter.foresight.exhaustion import exhaustion_eta  # noqa: F401 - its home before the window kept sums
 from exporter.foresight.profiles import PEAK_BAND, WorkloadProfile, timeline_level
 from exporter.foresight.progress import LATE_FACTOR
+from exporter.foresight.unscheduled import unscheduled
 
 STAGGER_STEP_SECONDS = 5.0  # resolution of the stagger advice
 MATCH_TOLERANCE = 1.3  # a run more than this above (or below) its profile is another kind of run
@@ -64,6 +67,7 @@ class ProcessState:
     steady: bool = False  # its use has held level (within STEADY_BAND) for the last STEADY_SECONDS
     adjust: float = 1.0  # learned/scaled: what outcomes taught its workload (exporter.foresight.calibration)
     swing_bytes: int = 0  # without a profile: what it holds above its recent low, if it gave memory back lately
+    unscheduled_top: int = 0  # its workload peaks at no fixed age: the most it may still reach, held until its end (unscheduled.py)
 
 
 @dataclass(frozen=True)
@@ -103,10 +107,13 @@ def follows(profile: WorkloadProfile, run_max_bytes: int, age: float, slowdown: 
     A run well above the learned peak, or well below what the learned timeline held by
     the time the run reached (allowing it to be LATE_FACTOR times later than the device's
     slowdown), is another kind of run under the same command line (another input, another
-    batch size, another model): its profile says nothing about it.
+    batch size, another model): its profile says nothing about it. Lateness says nothing of a
+    run whose workload peaks at no fixed age (exporter.foresight.unscheduled).
     """
     if run_max_bytes > profile.peak_bytes * MATCH_TOLERANCE:
         return False
+    if unscheduled(profile):  # its runs peak at no fixed age: one that has not peaked yet is not late
+        return True
     reached = age / (max(1.0, slowdown) * LATE_FACTOR)
     return run_max_bytes * MATCH_TOLERANCE >= _held_by(profile, reached)
 
@@ -148,6 +155,9 @@ def process_curve(p: ProcessState, grace: float = 0.0) -> Curve:
     if position >= duration:
         late = max(0.0, p.age_seconds - duration * slowdown)
         return ((0.0, max(p.used_bytes, p.floor_bytes)),), max(grace - late, late, grace / 2)
+    if p.unscheduled_top:  # its peaks come when they come before the run's end (exporter.foresight.unscheduled)
+        top = int(p.unscheduled_top * p.adjust) if p.unscheduled_top > p.used_bytes else p.used_bytes
+        return ((0.0, max(p.used_bytes, top)),), (duration - position) * slowdown
     timeline = profile.scaled_timeline()
     ends = [age for age, _ in timeline[1:]] + [duration]
     ratio = _level_ratio(profile, timeline, position, p.used_bytes, p.steady) * p.adjust

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.foresight.profiles import PEAK_BAND, WorkloadProfile
+from exporter.foresight.unscheduled import unscheduled
 
 LANDMARK_SHARE = 0.1  # a change of at least this share of the peak is a landmark
 MIN_SPEED_POLLS = 10  # a landmark times a run once it is this many polls old (crossing known to +-5 %)
@@ -120,7 +121,8 @@ class RunProgress:
                 continue
             if age > mark.age * max(1.0, slowdown) * LATE_FACTOR + 2 * interval:
                 if mark.rising and mark.level >= 0.5 * self.profile.peak_bytes and \
-                        run_max < SMALLER_SHARE * self.profile.peak_bytes:
+                        run_max < SMALLER_SHARE * self.profile.peak_bytes and not unscheduled(self.profile):
+                    # (a run of a workload that peaks at no fixed age waits for it: unscheduled.py)
                     self.smaller = True  # never even got near the big part of its profile
                 self.passed_at.append(None)  # crossed unseen, or never will: move on
                 continue

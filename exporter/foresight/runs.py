@@ -25,6 +25,7 @@ from exporter.foresight.forecast import ProcessState, follows
 from exporter.foresight.profiles import RunRecorder, WorkloadProfile
 from exporter.foresight.progress import RunProgress
 from exporter.foresight.result import positional_maker
+from exporter.foresight.unscheduled import still_to_come, unscheduled
 from exporter.snapshot import ProcessInfo
 
 TREND_REFRESH = 10.0  # seconds of a run's age between refits of its trend
@@ -138,15 +139,17 @@ class RunPlanner:
         declared = self._declared(proc)
         if profile is not None:
             speed = progress.slowdown(age, slowdown)
-            # every field in order (ProcessState's), the last four at their defaults
+            # its workload peaks at no fixed age and it is late for its peak: held till its end (unscheduled.py)
+            top = still_to_come(profile, run.peak_bytes, age, speed) if unscheduled(profile) else 0
+            # every field in order (ProcessState's), adjust and swing_bytes at their defaults
             return _process_state(proc.pid, used, age, profile, progress.position(age, speed), speed, basis,
-                                  declared or 0, 0.0, 0.0, is_steady(run.points, used), 1.0, 0)
+                                  declared or 0, 0.0, 0.0, is_steady(run.points, used), 1.0, 0, top)
         (slope, horizon), fall = self._run_trend(live)
         basis = "declared" if declared else "trend" if slope > 0 else "current"
         # what it holds above its recent low, if it has given memory back before (basis.recent_fall)
         given = 0 if fall is None or fall[1] <= 0 else min(fall[1], max(0, used - fall[0]))
         return _process_state(proc.pid, used, age, None, 0.0, 1.0, basis, declared or 0, slope, horizon, False, 1.0,
-                              given)
+                              given, 0)
 
     @staticmethod
     def _run_trend(live: LiveRun) -> tuple[tuple[float, float], tuple[int, int] | None]:

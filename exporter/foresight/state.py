@@ -21,6 +21,7 @@ from exporter.foresight.calibration import OutcomeLearner
 from exporter.foresight.confidence import ConfidenceHold, after_kill, contention_confidence, hold_confidence, mark_due
 from exporter.foresight.exhaustion import TrendWindow
 from exporter.foresight.forecast import forecast_device
+from exporter.foresight.unscheduled import due_eta, one_awaited
 from exporter.foresight.outcome import FULL_FRACTION, OUTCOME_GRACE, Outcomes
 from exporter.foresight.profiles import RunRecorder, WorkloadProfile, learn_run, learn_running
 from exporter.foresight.progress import device_slowdown
@@ -236,6 +237,7 @@ class Foresight:
         self._slowdowns[device_key] = device_slowdown([s[0] if s is not None and s[1] else None for s in speeds])
         slowdown = device_slowdown([None if s is None else s[0] for s in speeds])
         states = [self.planner.state(proc, live, plan, now, slowdown) for proc, live, plan in zip(domain.processes, lives, plans)]
+        states = one_awaited(states)  # at most one peak of no fixed age counted at once (unscheduled.py)
         factors = [1.0] * len(states)
         if self.learner.outcomes:  # most hosts have none: skip the lookups
             factors = [self.learner.factor(workload_of(live.run.key)) if s.profile is not None else 1.0
@@ -251,7 +253,8 @@ class Foresight:
         # Held while the contention stays predicted (OUTCOME_GRACE: the rules' keep_firing_for), and
         # not repeated for the same overflow soon after it cleared (confidence.hold_confidence).
         raw = contention_confidence(states, forecast, interval)
-        eta = None if raw is None else forecast.contention_in_seconds  # a collision "now" that does not come is late
+        # a collision "now" that does not come is late, unless it rests on a peak of no fixed age (unscheduled.py)
+        eta = due_eta(raw, states, forecast)
         overflow = -(forecast.headroom_bytes or 0)
         self._confidence[device_key] = mark_due(self._confidence.get(device_key), now, eta, interval, overflow, capacity)
         confidence, self._confidence[device_key] = hold_confidence(
