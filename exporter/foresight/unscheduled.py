@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from exporter.foresight.demand import HORIZON_SECONDS, demand_profile
+from exporter.frozen import replace
 from exporter.foresight.profiles import PEAK_BAND, WorkloadProfile
 
 UNSCHEDULED_FACTOR = 1.5  # peak ages this many times apart: no slowdown explains it (progress.LATE_FACTOR)
@@ -86,16 +87,8 @@ def one_awaited(states: list) -> list:
     if len(waiting) < 2:
         return states
     chosen = max(waiting, key=lambda i: states[i].unscheduled_top - states[i].used_bytes)  # the first of equals
-    return [_held_at_use(s) if s.unscheduled_top and i != chosen else s for i, s in enumerate(states)]
-
-
-def _held_at_use(state):
-    """The state with ``unscheduled_top`` at what it uses: dataclasses.replace's result, without its
-    __init__ (a node's queue workers: many such runs a poll; exporter.foresight.result.positional_maker)."""
-    held = object.__new__(type(state))
-    held.__dict__.update(state.__dict__)
-    held.__dict__["unscheduled_top"] = max(1, state.used_bytes)
-    return held
+    return [replace(s, unscheduled_top=max(1, s.used_bytes)) if s.unscheduled_top and i != chosen else s
+            for i, s in enumerate(states)]
 
 
 def whenever_overflow(states: Sequence, curves: Sequence, other_bytes: int, capacity: int | None) -> int | None:
