@@ -150,7 +150,7 @@ def replay_episode(rec: dict, episode, rules: dict, confidence_fn=None, trace_ro
             raw = raw_confidence(row, confidence_fn)
             overflow = -(row["headroom"] or 0)
             pids = frozenset() if row["states"] is None else frozenset(s.pid for s in row["states"])
-            due = None if raw is None else due_eta(raw, row["states"], row["forecast"])  # as state.py tells mark_due
+            due = due_eta(raw, row["states"], row["forecast"])  # as state.py tells mark_due
             holds[row["gi"]] = conf.mark_due(holds.get(row["gi"]), t, due, row["grace"], overflow, row["capacity"])
             held, holds[row["gi"]] = conf.hold_confidence(raw, holds.get(row["gi"]), t, overflow, row["capacity"],
                                                           OUTCOME_GRACE, pids)
@@ -217,38 +217,24 @@ def line(name: str, s: dict) -> str:
 
 
 def components(row) -> dict | None:
-    """The factors of one poll's raw confidence (as contention_confidence computes them): growth-weighted
-    grounding, the margin factor (and what is ungrounded), timing; per process its basis, runs, spread, growth."""
+    """The factors of one poll's raw confidence, as contention_confidence computes them (confidence_factors):
+    growth-weighted grounding, the margin factor (and what is ungrounded), timing; per process its basis, runs,
+    spread, grounding, growth, past its end, what it may give back."""
     if row["states"] is None:
         return None
-    states, forecast, grace = row["states"], row["forecast"], row["grace"]
+    states, forecast = row["states"], row["forecast"]
+    factors = conf.confidence_factors(states, forecast, row["grace"])
+    if factors is None:
+        return None
     at = forecast.at_contention_bytes
-    growth = {s.pid: max(0, at.get(s.pid, 0) - s.used_bytes) for s in states}
-    total = sum(growth.values())
     procs = [(s.basis, None if s.profile is None else s.profile.runs, round(conf.peak_spread(s), 3),
-              round(conf.grounding(s), 2), round(growth[s.pid] / 2**30, 2), conf._past_end(s),
+              round(conf.grounding(s), 2), round(max(0, at.get(s.pid, 0) - s.used_bytes) / 2**30, 2), conf._past_end(s),
               round(conf._gives_back(s) / 2**30, 2)) for s in states]
-    if total <= 0:
-        return {"grounded": 1.0, "clears": 1.0, "timing": 1.0, "procs": procs, "over_gib": -row["headroom"] / 2**30}
-    weights = {s.pid: conf.grounding(s) for s in states}
-    grounded = sum(weights[p] * g for p, g in growth.items()) / total
-    ungrounded_growth = sum(conf.ungrounded_share(s) * growth[s.pid] for s in states)
-    held = 0
-    if forecast.contention_in_seconds > grace:
-        held = sum(at.get(s.pid, 0) for s in states if conf._past_end(s)) + sum(conf._gives_back(s) for s in states)
-    margin = max(conf.MIN_MARGIN_SHARE * (forecast.capacity_bytes or 0), 1)
-    clears = max(0.0, min(1.0, (-forecast.headroom_bytes - ungrounded_growth - held) / margin))
-    if any(s.unscheduled_top for s in states):  # a peak of no fixed age: the overflow that holds whenever it comes
-        clears = min(clears, conf._clears_whenever(states, forecast, grace, ungrounded_growth + held, margin))
-    over = conf.over_seconds(states, forecast, grace)
-    eta = forecast.contention_in_seconds
-    drift = conf.timing_drift(states, growth, eta, eta + min(over, conf.HORIZON_SECONDS), grace)
-    timing = 1.0 if drift <= 0 else min(1.0, over / drift)
-    return {"grounded": round(grounded, 2), "clears": round(clears, 2), "timing": round(timing, 2),
-            "over_gib": round(-forecast.headroom_bytes / 2**30, 2),
+    return {"grounded": round(factors.grounded, 2), "clears": round(factors.clears, 2),
+            "timing": round(factors.timing, 2), "over_gib": round(-forecast.headroom_bytes / 2**30, 2),
             "overflow_share": round(-forecast.headroom_bytes / (forecast.capacity_bytes or 1), 3),
-            "ungrounded_growth_gib": round(ungrounded_growth / 2**30, 2), "held_gib": round(held / 2**30, 2),
-            "over_s": over, "drift_s": round(drift, 1), "procs": procs}
+            "ungrounded_gib": round(factors.ungrounded_bytes / 2**30, 2), "over_s": factors.over_seconds,
+            "drift_s": None if factors.drift_seconds is None else round(factors.drift_seconds, 1), "procs": procs}
 
 
 def missed_learned(doc: dict, results: list[dict]):
@@ -284,8 +270,8 @@ def _poll_line(t: float, t0: float, row, raw, held) -> str:
     c = components(row)
     return (f"  +{t - t0:6.0f} eta {row['eta']!s:>6} raw {raw} held {held} "
             + ("" if c is None else f"g {c['grounded']} clears {c['clears']} timing {c['timing']} "
-               f"over {c['over_gib']}GiB ({c.get('overflow_share')}) ungr {c.get('ungrounded_growth_gib')} "
-               f"held {c.get('held_gib')} over_s {c.get('over_s')} drift {c.get('drift_s')} procs {c['procs']}"))
+               f"over {c['over_gib']}GiB ({c.get('overflow_share')}) ungr {c.get('ungrounded_gib')} "
+               f"over_s {c.get('over_s')} drift {c.get('drift_s')} procs {c['procs']}"))
 
 
 def false_pages(doc: dict, results: list[dict], before: float = 120.0) -> list[dict]:

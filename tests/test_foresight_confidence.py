@@ -26,6 +26,7 @@ from exporter.foresight.confidence import (
 )
 from exporter.foresight.forecast import ProcessState, forecast_device
 from exporter.foresight.profiles import RunRecorder, WorkloadProfile, learn_run, learn_running
+from tests.conftest import bench_module
 from foresight_scenarios import WAN_DURATION, Job, learn_solo_run, mps_gpu_snapshot, replay
 
 GiB = 2**30
@@ -603,3 +604,19 @@ def test_a_larger_collision_after_a_late_one_is_news_and_pages():
     assert larger[-2:] == [0.93, 0.93]
     same = held([1.0, 1.0, 1.0, 1.5, 1.5], [0.14, 0.14, 0.14, 0.93, 0.93])
     assert same[-1] < CRITICAL_CONFIDENCE, "within the margin it is the late collision still"
+
+
+def test_the_replays_factors_are_the_confidences_own():
+    """bench/foresight_replay.py `components` (the miss classes of docs/foresight.md) reads the factors
+    contention_confidence takes the least of, not a copy of their sums: a notebook late for its step is held
+    under the tier by `clears` (its late growth is ungrounded), and the factors' least is the confidence."""
+    replay = bench_module("foresight_replay")
+    for position, holds in ((700.0, 4 * GiB), (602.0, 4 * GiB), (500.0, 4 * GiB)):
+        states, forecast = notebook_beside_server(position, holds)
+        factors = replay.components({"states": states, "forecast": forecast, "grace": 5.0})
+        least = min(factors["grounded"], factors["clears"], factors["timing"])
+        assert least == contention_confidence(states, forecast, 5.0)
+    late, late_forecast = notebook_beside_server(700.0, 4 * GiB)
+    factors = replay.components({"states": late, "forecast": late_forecast, "grace": 5.0})
+    assert factors["clears"] < CRITICAL_CONFIDENCE <= min(factors["grounded"], factors["timing"])
+    assert factors["ungrounded_gib"] >= 16.0  # the rise it is late for, whole

@@ -250,11 +250,30 @@ def over_seconds(states: Sequence[ProcessState], forecast: DeviceForecast, grace
     return float("inf")
 
 
+@dataclass(frozen=True)
+class ConfidenceFactors:
+    """What one poll's raw confidence is the least of (contention_confidence), and what they rest on;
+    the replay's miss classes (bench/foresight_replay.py components) read the same object."""
+    grounded: float  # 0..1: growth-weighted grounding of the growth the collision needs
+    clears: float  # 0..1: the overflow left once the ungrounded bytes are taken away, over the margin
+    timing: float  # 0..1: how long the overflow lasts over how far the learned timings may drift
+    ungrounded_bytes: float  # what clears takes away from the overflow
+    over_seconds: float | None  # how long the demand stays over capacity; None: nothing rests on a forecast
+    drift_seconds: float | None  # how far the learned timings may drift by then; None as above
+
+
 def contention_confidence(states: Sequence[ProcessState], forecast: DeviceForecast,
                           grace: float = 0.0) -> float | None:
     """Confidence 0..1 (two decimals) of the predicted contention; None when none is predicted.
 
     ``grace``: the poll interval, as forecast_device was given it."""
+    factors = confidence_factors(states, forecast, grace)
+    return None if factors is None else round(min(factors.grounded, factors.clears, factors.timing), 2)
+
+
+def confidence_factors(states: Sequence[ProcessState], forecast: DeviceForecast,
+                       grace: float = 0.0) -> ConfidenceFactors | None:
+    """The factors of contention_confidence; None when no contention is predicted."""
     headroom = forecast.headroom_bytes
     if forecast.contention_in_seconds is None or headroom is None or headroom >= 0:
         return None
@@ -262,7 +281,7 @@ def contention_confidence(states: Sequence[ProcessState], forecast: DeviceForeca
     growth = {s.pid: max(0, at.get(s.pid, 0) - s.used_bytes) for s in states}
     total = sum(growth.values())
     if total <= 0:  # over capacity with what is held now: nothing rests on a forecast
-        return 1.0
+        return ConfidenceFactors(1.0, 1.0, 1.0, 0.0, None, None)
     weights = {s.pid: grounding(s) for s in states}
     grounded = sum(weights[pid] * g for pid, g in growth.items()) / total
     # The overflow left once the growth each basis does not ground is taken away: a collision that
@@ -289,7 +308,7 @@ def contention_confidence(states: Sequence[ProcessState], forecast: DeviceForeca
     timing = 1.0 if drift <= 0 else min(1.0, over / drift)
     if any(s.unscheduled_top for s in states):  # a peak of no fixed age: the overflow must hold whenever it comes
         clears = min(clears, _clears_whenever(states, forecast, grace, ungrounded, margin))
-    return round(min(grounded, clears, timing), 2)
+    return ConfidenceFactors(grounded, clears, timing, ungrounded, over, drift)
 
 
 def _clears_whenever(states: Sequence[ProcessState], forecast: DeviceForecast, grace: float, ungrounded: float,
