@@ -1,6 +1,7 @@
 """Accuracy of the OOM forecast (foresight) on a seeded random corpus of shared-memory episodes.
 
     python3 bench/foresight_accuracy.py [--corpus 1|2|3] [--seed 1] [--episodes 88] [--interval 5] [--jobs 2]
+                                        [--scrape-interval S] [--evaluation-interval E]
                                         [--json results.json] [--list] [--verbose]
 
 Every episode of bench/foresight_corpus.py (--corpus 1; one GPU or MIG instance shared by 2-5
@@ -15,6 +16,12 @@ time_slicing), firing once pending for the rule's `for`, resolved when headroom 
 is gone. Both tiers are scored: warning (any negative headroom) and critical (the forecast's
 confidence at the rule's threshold as well; its imminent rule also needs the ETA within its bound, with
 its own `for`). A tier with several rules pages while any of them fires: overlapping intervals count once. Truth is the simulator's OOM kills (reason "oom") in the test phase.
+
+By default the rules see every poll, as a Prometheus that scrapes the exporter and evaluates the rules
+every --interval would. --scrape-interval and --evaluation-interval (multiples of --interval) play
+the cadence of a real Prometheus instead (:class:`_Cadence`): the rules are evaluated every E
+seconds on what the last scrape (every S seconds) read; docs/alerts.md, "Scrape and evaluation
+cadence", gives what each cadence costs.
 
 --list prints the episodes' classes and exits; --verbose adds one row per episode (OOMs,
 alert intervals, lead) to find why a forecast missed; --json writes every figure. The same
@@ -105,6 +112,7 @@ class _Alert:
         self.intervals: list[list] = []  # [start, end or None] of each firing interval
         self.pending = None
         self.last_true = 0.0  # last poll the alert's condition held
+        self.scraped = False  # its condition on what the last scrape read (_Cadence)
 
     def step(self, t: float, condition: bool) -> None:
         firing = bool(self.intervals) and self.intervals[-1][1] is None
@@ -120,8 +128,42 @@ class _Alert:
                 self.intervals[-1][1] = t
 
 
-def play(episode, interval: float, corpus: int = 1) -> dict:
-    """Poll one episode to its end; its incidents, firing intervals of each tier and a few diagnostics."""
+class _Cadence(NamedTuple):
+    """When Prometheus sees the exporter: it scrapes every ``scrape`` seconds and evaluates the rules every
+    ``evaluation`` seconds, both multiples of the poll interval and counted from the same instant (an
+    evaluation that falls on a scrape reads it: the most favourable phase). A rule's condition is what
+    it would be on the series of the last scrape; its `for` and keep_firing_for run on evaluations.
+    Scrape = evaluation = the poll interval is the bench's default: every poll is evaluated."""
+
+    scrape: float
+    evaluation: float
+
+    def step(self, alert: _Alert, t: float, condition: bool) -> None:
+        if _on(t, self.scrape):
+            alert.scraped = condition
+        if _on(t, self.evaluation):
+            alert.step(t, alert.scraped)
+
+
+def _on(t: float, every: float) -> bool:
+    """True when ``t`` (s) falls on a multiple of ``every`` (polls accumulate float steps)."""
+    return abs(t / every - round(t / every)) < 1e-6
+
+
+def cadence(interval: float, scrape: float | None = None, evaluation: float | None = None) -> _Cadence:
+    """The _Cadence of a run polled every ``interval`` s; ValueError naming the setting that is not a
+    multiple of it. Unset: the scrape is the poll interval, the evaluation the scrape interval."""
+    scrape = interval if scrape is None else scrape
+    evaluation = scrape if evaluation is None else evaluation
+    for name, value in (("--scrape-interval", scrape), ("--evaluation-interval", evaluation)):
+        if not value > 0 or not _on(value, interval):
+            raise ValueError(f"{name} {value:g} is not a positive multiple of the poll interval {interval:g} s")
+    return _Cadence(scrape, evaluation)
+
+
+def play(episode, interval: float, corpus: int = 1, when: _Cadence | None = None) -> dict:
+    """Poll one episode to its end; its incidents, firing intervals of each tier and a few diagnostics.
+    ``when``: the scrape and evaluation cadence of the rules (None: every poll)."""
     backend = SimBackend(CORPORA[corpus].to_scenario(episode))
     backend.open()
     foresight = Foresight()
@@ -143,7 +185,10 @@ def play(episode, interval: float, corpus: int = 1) -> dict:
                 headroom = min((r.forecast.headroom_bytes for r in rows), default=None)
                 trace.append((t, headroom))
                 for alert in (a for tier in alerts.values() for a in tier):
-                    alert.step(t, any(_holds(alert.rule, r) for r in rows))
+                    if when is None:
+                        alert.step(t, any(_holds(alert.rule, r) for r in rows))
+                    else:
+                        when.step(alert, t, any(_holds(alert.rule, r) for r in rows))
             t += interval
         kills = sorted(e.time for e in backend.sim.oom_events
                        if e.reason == "oom" and e.gpu == 0 and e.time >= episode.test_start)
@@ -260,6 +305,16 @@ def _describe(rule: _Rule) -> str:
             + (f", ETA <= {rule.eta_seconds:g} s" if rule.eta_seconds is not None else ""))
 
 
+def _cadence_text(args) -> str:
+    """How the rules saw the polls, when not at every poll."""
+    scrape = getattr(args, "scrape_interval", None)
+    evaluation = getattr(args, "evaluation_interval", None)
+    if scrape is None and evaluation is None:
+        return ""
+    when = cadence(args.interval, scrape, evaluation)
+    return f", scraped every {when.scrape:g} s, rules evaluated every {when.evaluation:g} s"
+
+
 def report(results: list[dict], args) -> dict:
     """Print the summary and per-class tables; the same figures as a dict."""
     learned = [r for r in results if r["classes"]["first_run"] == "no"]
@@ -267,7 +322,7 @@ def report(results: list[dict], args) -> dict:
     based = [r for r in first if r["classes"]["learned"] != "never"]  # declared, learned elsewhere, trend
     never = [r for r in first if r["classes"]["learned"] == "never"]  # nothing to forecast from: the ceiling
     print(f"Foresight accuracy: corpus {args.corpus}, seed {args.seed}, {len(results)} episodes ({len(learned)} learned, "
-          f"{len(first)} first run), poll every {args.interval:g} s; rules (alerts/gpushare-memory.yml): "
+          f"{len(first)} first run), poll every {args.interval:g} s{_cadence_text(args)}; rules (alerts/gpushare-memory.yml): "
           + "; ".join(f"{tier} {_describe(rule)}" for tier, rules in TIERS.items() for rule in rules))
     for line in DEFINITIONS:
         print(f"  {line}")
@@ -348,10 +403,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=_positive(int), default=88, help="episodes (default 88)")
     parser.add_argument("--interval", type=_positive(float), default=5.0, help="poll interval, virtual s (default 5)")
     parser.add_argument("--jobs", type=_positive(int), default=1, help="worker processes (default 1)")
+    parser.add_argument("--scrape-interval", type=_positive(float), metavar="S",
+                        help="Prometheus scrapes the exporter every S virtual s, a multiple of --interval (default: --interval)")
+    parser.add_argument("--evaluation-interval", type=_positive(float), metavar="E",
+                        help="... and evaluates the rules every E s, a multiple of --interval (default: the scrape interval)")
     parser.add_argument("--json", metavar="FILE", help="write every figure and episode as JSON")
     parser.add_argument("--list", action="store_true", help="print the episodes' classes and exit")
     parser.add_argument("--verbose", action="store_true", help="one row per episode: OOMs, alerts, lead")
     args = parser.parse_args(argv)
+    try:
+        when = cadence(args.interval, args.scrape_interval, args.evaluation_interval)
+    except ValueError as e:
+        parser.error(str(e))  # one line, exit 2
+    polled = args.scrape_interval is None and args.evaluation_interval is None  # every poll: the rules as ever
     began = time.monotonic()
     corpus = CORPORA[args.corpus].make_corpus(args.seed, args.episodes)
     if args.list:
@@ -360,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
                   + " ".join(f"{k}={v}" for k, v in e.classes.items())
                   + f" shapes={','.join(w.shape for w in e.workloads)} tenants={len(e.test_runs())} ratio={e.ratio:.2f}")
         return 0
-    run = partial(play, interval=args.interval, corpus=args.corpus)
+    run = partial(play, interval=args.interval, corpus=args.corpus, when=None if polled else when)
     if args.jobs == 1:
         results = [run(e) for e in corpus]
     else:  # each worker installs its own simulated NVML: processes, not threads
@@ -373,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
             print(verbose_row(r))
     if args.json:
         doc = {"corpus": args.corpus, "seed": args.seed, "episodes": args.episodes, "interval": args.interval,
+               "scrape_interval": when.scrape, "evaluation_interval": when.evaluation,
                "rules": {tier: [rule._asdict() for rule in rules] for tier, rules in TIERS.items()}, "definitions": DEFINITIONS, **summary, "results": results}
         Path(args.json).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     sys.stdout.flush()  # the wall time (stderr) comes after the tables

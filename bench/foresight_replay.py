@@ -2,6 +2,7 @@
 
     python3 bench/foresight_replay.py record --corpus 3 --seed 1 --episodes 40 --jobs 2 --out c3s1.pkl.gz
     python3 bench/foresight_replay.py replay c3s1.pkl.gz [...]          # shipped confidence and rules
+    python3 bench/foresight_replay.py replay --scrape 15 --evaluation 30 c3s1.pkl.gz  # ... at Prometheus's cadence
     python3 bench/foresight_replay.py misses c3s1.pkl.gz [...]          # why each learned critical miss missed
     python3 bench/foresight_replay.py false c3s1.pkl.gz [...]           # what each false critical page rested on
     python3 bench/foresight_replay.py classify c3s1.pkl.gz [...]        # each learned critical miss in one class
@@ -136,9 +137,10 @@ def raw_confidence(row, confidence_fn=None):
     return fn(row["states"], row["forecast"], row["grace"])
 
 
-def replay_episode(rec: dict, episode, rules: dict, confidence_fn=None, trace_rows=False) -> dict:
+def replay_episode(rec: dict, episode, rules: dict, confidence_fn=None, trace_rows=False, when=None) -> dict:
     """Recompute the exported confidence of every poll (raw, then held), apply the rules of each tier,
-    score like the bench. ``rules``: tier -> list of fa._Rule."""
+    score like the bench. ``rules``: tier -> list of fa._Rule; ``when``: the fa._Cadence the rules see
+    the polls at (default: every poll)."""
     holds: dict = {}
     alerts = {tier: [fa._Alert(rule) for rule in tier_rules] for tier, tier_rules in rules.items()}
     trace = []  # (t, headroom) per test poll, as the bench keeps it
@@ -166,7 +168,10 @@ def replay_episode(rec: dict, episode, rules: dict, confidence_fn=None, trace_ro
             per_poll.append((t, scored_rows))
         for tier in alerts.values():
             for alert in tier:
-                alert.step(t, any(_holds(alert.rule, r, held) for r, _, held in scored_rows))
+                if when is None:
+                    alert.step(t, any(_holds(alert.rule, r, held) for r, _, held in scored_rows))
+                else:
+                    when.step(alert, t, any(_holds(alert.rule, r, held) for r, _, held in scored_rows))
     scored = {tier: fa._score(episode, fa._union(a.intervals for a in tier_alerts), rec["kills"], trace, 0)
               for tier, tier_alerts in alerts.items()}
     scored["any"] = fa._score(episode, fa._union(a.intervals for tier_alerts in alerts.values() for a in tier_alerts),
@@ -193,10 +198,10 @@ def _holds(rule, row, held) -> bool:
             and (rule.eta_seconds is None or (eta is not None and eta <= rule.eta_seconds)))
 
 
-def replay(doc: dict, rules=None, confidence_fn=None, trace_rows=False) -> list[dict]:
+def replay(doc: dict, rules=None, confidence_fn=None, trace_rows=False, when=None) -> list[dict]:
     corpus = fa.CORPORA[doc["corpus"]].make_corpus(doc["seed"], doc["episodes"])
     rules = rules or fa.TIERS
-    return [replay_episode(rec, ep, rules, confidence_fn, trace_rows) for rec, ep in zip(doc["records"], corpus)]
+    return [replay_episode(rec, ep, rules, confidence_fn, trace_rows, when) for rec, ep in zip(doc["records"], corpus)]
 
 
 def summary(results: list[dict], tier: str = "critical") -> dict:
@@ -315,6 +320,8 @@ def main(argv=None) -> int:
     rec.add_argument("--jobs", type=int, default=1)
     rec.add_argument("--out", required=True)
     rep = sub.add_parser("replay")
+    rep.add_argument("--scrape", type=float, metavar="S", help="rules see a scrape every S s (default: every poll)")
+    rep.add_argument("--evaluation", type=float, metavar="E", help="... evaluated every E s (default: the scrape's)")
     rep.add_argument("files", nargs="+")
     mis = sub.add_parser("misses")
     mis.add_argument("files", nargs="+")
@@ -325,6 +332,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.cmd == "record":
         return record(args)
+    for value, name in ((getattr(args, "scrape", None), "--scrape"), (getattr(args, "evaluation", None), "--evaluation")):
+        if value is not None and not value > 0:
+            parser.error(f"{name} must be > 0, got {value:g}")
     every: list[dict] = []
     classified: list[dict] = []
     for path in args.files:
@@ -342,7 +352,14 @@ def main(argv=None) -> int:
             from foresight_misses import classify_misses
             classified.extend(classify_misses(doc, replay(doc, trace_rows=True)))
         else:
-            results = replay(doc)
+            when = None
+            if args.scrape is not None or args.evaluation is not None:
+                try:
+                    when = fa.cadence(doc["interval"], args.scrape, args.evaluation)
+                except ValueError as e:  # the recording's polls do not fall on the cadence
+                    print(f"foresight_replay: {path}: {e}".replace("-interval", ""), file=sys.stderr)
+                    return 2
+            results = replay(doc, when=when)
             every.extend(results)
             print(line(f"corpus {doc['corpus']} seed {doc['seed']}", summary(results)))
     if args.cmd == "classify":

@@ -266,6 +266,13 @@ def test_foresight_replay_of_recorded_forecasts_gives_the_bench_figures(tmp_path
     assert any(r["tiers"]["warning"]["incidents"] for r in replayed)  # an OOM among them: scoring is exercised
     assert [r["tiers"] for r in replayed] == [r["tiers"] for r in measured]
     assert [r["incidents"] for r in replayed] == [r["incidents"] for r in measured]
+    # at the cadence of every poll the replay is the same; evaluated every 30 s, pages start on evaluations only
+    assert foresight_replay.replay(doc, when=foresight_replay.fa.cadence(5.0, 5.0, 5.0)) == replayed
+    coarse = foresight_replay.replay(doc, when=foresight_replay.fa.cadence(5.0, 15.0, 30.0))
+    episodes = {e.index: e for e in foresight_replay.fa.CORPORA[1].make_corpus(1, 3)}
+    starts = [a["start"] + episodes[r["index"]].test_start for r in coarse for a in r["tiers"]["critical"]["alerts"]]
+    assert starts and all(foresight_replay.fa._on(start, 30.0) for start in starts)
+    assert starts != [a["start"] + episodes[r["index"]].test_start for r in replayed for a in r["tiers"]["critical"]["alerts"]]
     # the kills the exporter noticed are recorded per poll (confidence.after_kill is replayed from them)
     assert any(noticed for rec in doc["records"] for _t, _test, _rows, noticed in rec["polls"])
     # `false` lists exactly the pages a tier scores as false, with the polls they rested on: with the
@@ -325,6 +332,42 @@ def test_foresight_accuracy_refuses_a_bad_flag_value():
     out = _accuracy("--episodes", "0")
     assert out.returncode == 2
     assert "--episodes" in out.stderr.strip().splitlines()[-1]
+
+
+def _fired(when, rule, polls):
+    """Start times of the firing intervals of one rule fed one condition per 5 s poll, seen at ``when``."""
+    fa = bench_module("foresight_accuracy")
+    alert = fa._Alert(rule)
+    for i, condition in enumerate(polls):
+        when.step(alert, 5.0 * i, condition)
+    return [start for start, _end in alert.intervals]
+
+
+def test_rules_see_the_polls_at_prometheus_cadence():
+    """--scrape-interval / --evaluation-interval (docs/alerts.md, "Scrape and evaluation cadence"): the rules
+    are evaluated every E s on what the last scrape (every S s) read, so a `for` waits for evaluations and a
+    collision predicted between two scrapes is never seen; evaluated faster than the scrape, one scrape counts
+    for several evaluations and a 10 s `for` is met by a single scrape."""
+    fa = bench_module("foresight_accuracy")
+    page = fa._Rule(30.0, 240.0, 0.8, None)
+    imminent = fa._Rule(10.0, 240.0, 0.9, 30.0)
+    every_poll = fa.cadence(5.0)
+    assert every_poll == fa._Cadence(5.0, 5.0) and fa.cadence(5.0, 15.0) == fa._Cadence(15.0, 15.0)
+    from_5s = [False] + [True] * 12  # predicted from the poll at 5 s on
+    assert _fired(every_poll, page, from_5s) == [35.0]
+    assert _fired(fa.cadence(5.0, 15.0, 30.0), page, from_5s) == [60.0]  # first seen at 30 s, paged 30 s later
+    between = [False] * 4 + [True, True] + [False] * 7  # at 20 and 25 s only: between the scrapes at 15 and 30 s
+    assert _fired(every_poll, fa._Rule(0.0, 0.0, 0.0, None), between) == [20.0]
+    assert _fired(fa.cadence(5.0, 15.0, 15.0), fa._Rule(0.0, 0.0, 0.0, None), between) == []
+    one_scrape = [False] * 3 + [True] + [False] * 9  # one poll, the scrape at 15 s
+    assert _fired(fa.cadence(5.0, 15.0, 15.0), imminent, one_scrape) == []
+    assert _fired(fa.cadence(5.0, 15.0, 5.0), imminent, one_scrape) == [25.0]  # 15, 20, 25 s read the same scrape
+    for scrape, evaluation, flag in ((7.0, None, "--scrape-interval 7 "), (15.0, 12.0, "--evaluation-interval 12 ")):
+        with pytest.raises(ValueError, match=flag):
+            fa.cadence(5.0, scrape, evaluation)
+    out = _accuracy("--scrape-interval", "15", "--evaluation-interval", "12")
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].endswith(
+        "error: --evaluation-interval 12 is not a positive multiple of the poll interval 5 s")
 
 
 def test_foresight_corpus_is_seeded_and_its_classes_hold():

@@ -57,11 +57,38 @@ def test_generated_files_are_in_sync_with_alerts_and_dashboards():
         assert (DEPLOY / name).read_text() == build(), f"{name} is stale"
     (rule,) = documents(DEPLOY / "prometheusrule.yaml")
     sources = [g for p in sorted((REPO / "alerts").glob("*.yml")) for g in yaml.safe_load(p.read_text())["groups"]]
-    assert rule["spec"]["groups"] == sources
+    # one change: the contention alerts' group is evaluated at the monitors' scrape interval (docs/alerts.md)
+    scrape = {kind: monitor["spec"][key][0]["interval"] for kind, key in (("servicemonitor", "endpoints"),
+                                                                          ("podmonitor", "podMetricsEndpoints"))
+              for monitor in documents(DEPLOY / f"{kind}.yaml")}
+    groups = rule["spec"]["groups"]
+    (memory,) = [g for g in groups if g["name"] == "gpushare.memory"]
+    assert list(memory)[:2] == ["name", "interval"] and scrape == {"servicemonitor": "15s", "podmonitor": "15s"}
+    assert memory.pop("interval") == scrape["servicemonitor"]
+    assert groups == sources
     maps = documents(DEPLOY / "grafana-dashboards.yaml")
     boards = sorted(p.name for p in (REPO / "dashboards" / "json").glob("*.json"))
     assert sorted(name for m in maps for name in m["data"]) == boards
     assert all(m["metadata"]["labels"]["grafana_dashboard"] == "1" for m in maps)
+
+
+def test_a_prometheus_evaluates_the_contention_group_at_the_scrape_interval(tmp_path):
+    """The groups of prometheusrule.yaml, written to a rule file as the Operator writes a PrometheusRule's
+    spec, loaded by a real Prometheus whose global evaluation interval is the Operator's default 30s: the
+    group gpushare.memory is evaluated every 15 s (the ServiceMonitor's scrape interval), the others at
+    30 s (docs/alerts.md, "Scrape and evaluation cadence")."""
+    from tests.conftest import require_binary
+    from tests.promstack import Prometheus
+
+    require_binary("prometheus")
+    (rule,) = documents(DEPLOY / "prometheusrule.yaml")
+    rules = tmp_path / "gpushare.rules.yaml"
+    rules.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}, sort_keys=False))
+    with Prometheus({}, rule_files=[rules], scrape_interval="30s") as prometheus:
+        intervals = {g["name"]: g["interval"] for g in prometheus.rules()}
+    assert intervals.pop("gpushare.memory") == 15
+    assert intervals.pop("gpushare.forecast_outcome") == 300  # its own, as alerts/ has it
+    assert intervals and set(intervals.values()) == {30}
 
 
 def test_builtin_kinds_validate_against_every_supported_kubernetes():

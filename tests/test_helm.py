@@ -150,6 +150,7 @@ def test_compat_port_follows_its_values():
     ({"processSeries": "container"}, "at '/processSeries': value must be one of 'pid', 'pod', 'workload'"),
     ({"serviceMonitor": {"enable": True}}, "at '/serviceMonitor': additional properties 'enable' not allowed"),
     ({"serviceMonitor": {"interval": "15 seconds"}}, "at '/serviceMonitor/interval'"),
+    ({"prometheusRule": {"contentionEvaluationInterval": "soon"}}, "at '/prometheusRule/contentionEvaluationInterval'"),
     ({"port": "18474"}, "at '/port': got string, want integer"),
     ({"webConfig": {"scheme": "TLS"}}, "at '/webConfig/scheme'"),
 ])
@@ -272,6 +273,27 @@ def test_crd_schemas_refuse_what_the_api_server_would():
     broken["spec"]["groups"][0]["rules"][0]["fro"] = "5m"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, crd_schema("PrometheusRule"))
+
+
+@pytest.mark.parametrize("values,interval", [
+    ({}, "15s"),
+    ({"serviceMonitor": {"interval": "10s"}}, "10s"),
+    ({"serviceMonitor": {"enabled": False}, "podMonitor": {"enabled": True, "interval": "20s"}}, "20s"),
+    ({"prometheusRule": {"contentionEvaluationInterval": "5s"}}, "5s"),
+    ({"serviceMonitor": {"enabled": False}}, None),  # scraped by the user's own config: its interval is not known
+])
+def test_contention_alerts_are_evaluated_at_the_scrape_interval(values, interval):
+    """The group of the contention alerts is evaluated at the enabled monitor's scrape interval (or the value
+    set for it), not at the Prometheus's evaluationInterval: their `for` counts scrapes, and the Operator's
+    default of 30s costs the critical tier pages (docs/alerts.md, "Scrape and evaluation cadence"). Nothing
+    else of alerts/ changes."""
+    (rule,) = [o for o in helm_template(values) if o["kind"] == "PrometheusRule"]
+    groups = rule["spec"]["groups"]
+    (memory,) = [g for g in groups if g["name"] == "gpushare.memory"]
+    assert memory.pop("interval", None) == interval
+    jsonschema.validate(rule, crd_schema("PrometheusRule"))
+    sources = [g for p in sorted((REPO / "alerts").glob("*.yml")) for g in yaml.safe_load(p.read_text())["groups"]]
+    assert groups == sources
 
 
 def test_chart_files_are_generated_from_alerts_and_dashboards():
