@@ -185,10 +185,11 @@ def play(episode, interval: float, corpus: int = 1, when: _Cadence | None = None
                 headroom = min((r.forecast.headroom_bytes for r in rows), default=None)
                 trace.append((t, headroom))
                 for alert in (a for tier in alerts.values() for a in tier):
+                    condition = any(_holds(alert.rule, r) for r in rows)
                     if when is None:
-                        alert.step(t, any(_holds(alert.rule, r) for r in rows))
+                        alert.step(t, condition)
                     else:
-                        when.step(alert, t, any(_holds(alert.rule, r) for r in rows))
+                        when.step(alert, t, condition)
             t += interval
         kills = sorted(e.time for e in backend.sim.oom_events
                        if e.reason == "oom" and e.gpu == 0 and e.time >= episode.test_start)

@@ -168,10 +168,11 @@ def replay_episode(rec: dict, episode, rules: dict, confidence_fn=None, trace_ro
             per_poll.append((t, scored_rows))
         for tier in alerts.values():
             for alert in tier:
+                condition = any(_holds(alert.rule, r, held) for r, _, held in scored_rows)
                 if when is None:
-                    alert.step(t, any(_holds(alert.rule, r, held) for r, _, held in scored_rows))
+                    alert.step(t, condition)
                 else:
-                    when.step(alert, t, any(_holds(alert.rule, r, held) for r, _, held in scored_rows))
+                    when.step(alert, t, condition)
     scored = {tier: fa._score(episode, fa._union(a.intervals for a in tier_alerts), rec["kills"], trace, 0)
               for tier, tier_alerts in alerts.items()}
     scored["any"] = fa._score(episode, fa._union(a.intervals for tier_alerts in alerts.values() for a in tier_alerts),
