@@ -95,10 +95,11 @@ def whenever_overflow(states: Sequence, curves: Sequence, other_bytes: int, capa
     """Bytes over ``capacity`` that hold whenever an awaited unscheduled peak comes; None when no run awaits one.
 
     For each run awaiting one (``state.unscheduled_top`` above what it holds; its curve holds it until its end):
-    its peak plus the lowest demand of everything else over that window, where another run awaiting
-    such a peak counts at what it holds now (two unknown moments meeting is not likely). The largest
-    of these, less the capacity (negative: it clears somewhere in the window). ``curves``: the
-    states' process curves (forecast.process_curve), in order.
+    its peak plus the lowest demand of everything else over that window. The largest of these, less the
+    capacity (negative: it clears somewhere in the window). ``states`` as :func:`one_awaited` leaves
+    them: any other run that awaited such a peak holds what it uses now (two unknown moments meeting is
+    not likely), and its curve says so. ``curves``: the states' process curves (forecast.process_curve),
+    in order.
     """
     if capacity is None:
         return None
@@ -110,8 +111,7 @@ def whenever_overflow(states: Sequence, curves: Sequence, other_bytes: int, capa
         steps, end = curves[i]
         peak = max((v for _, v in steps), default=0)
         window = HORIZON_SECONDS if end is None else min(end, HORIZON_SECONDS)
-        rest = [((((0.0, s.used_bytes),), curves[j][1]) if s.unscheduled_top else curves[j])
-                for j, s in enumerate(states) if j != i]
+        rest = [curve for j, curve in enumerate(curves) if j != i]
         lowest = min((total for tau, total in demand_profile(rest, other_bytes) if tau < window),
                      default=other_bytes)
         over = lowest + peak - capacity
