@@ -145,6 +145,14 @@ class _Cadence(NamedTuple):
             alert.step(t, alert.scraped)
 
 
+def step(alert: _Alert, t: float, condition: bool, when: _Cadence | None) -> None:
+    """Step one rule at the poll at ``t``: at every poll (``when`` None), or as Prometheus sees it."""
+    if when is None:
+        alert.step(t, condition)
+    else:
+        when.step(alert, t, condition)
+
+
 def _on(t: float, every: float) -> bool:
     """True when ``t`` (s) falls on a multiple of ``every`` (polls accumulate float steps)."""
     return abs(t / every - round(t / every)) < 1e-6
@@ -185,11 +193,7 @@ def play(episode, interval: float, corpus: int = 1, when: _Cadence | None = None
                 headroom = min((r.forecast.headroom_bytes for r in rows), default=None)
                 trace.append((t, headroom))
                 for alert in (a for tier in alerts.values() for a in tier):
-                    condition = any(_holds(alert.rule, r) for r in rows)
-                    if when is None:
-                        alert.step(t, condition)
-                    else:
-                        when.step(alert, t, condition)
+                    step(alert, t, any(_holds(alert.rule, r) for r in rows), when)
             t += interval
         kills = sorted(e.time for e in backend.sim.oom_events
                        if e.reason == "oom" and e.gpu == 0 and e.time >= episode.test_start)

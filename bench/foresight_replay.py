@@ -2,7 +2,7 @@
 
     python3 bench/foresight_replay.py record --corpus 3 --seed 1 --episodes 40 --jobs 2 --out c3s1.pkl.gz
     python3 bench/foresight_replay.py replay c3s1.pkl.gz [...]          # shipped confidence and rules
-    python3 bench/foresight_replay.py replay --scrape 15 --evaluation 30 c3s1.pkl.gz  # ... at Prometheus's cadence
+    python3 bench/foresight_replay.py replay --scrape-interval 15 --evaluation-interval 30 c3s1.pkl.gz  # at Prometheus's cadence
     python3 bench/foresight_replay.py misses c3s1.pkl.gz [...]          # why each learned critical miss missed
     python3 bench/foresight_replay.py false c3s1.pkl.gz [...]           # what each false critical page rested on
     python3 bench/foresight_replay.py classify c3s1.pkl.gz [...]        # each learned critical miss in one class
@@ -168,11 +168,7 @@ def replay_episode(rec: dict, episode, rules: dict, confidence_fn=None, trace_ro
             per_poll.append((t, scored_rows))
         for tier in alerts.values():
             for alert in tier:
-                condition = any(_holds(alert.rule, r, held) for r, _, held in scored_rows)
-                if when is None:
-                    alert.step(t, condition)
-                else:
-                    when.step(alert, t, condition)
+                fa.step(alert, t, any(_holds(alert.rule, r, held) for r, _, held in scored_rows), when)
     scored = {tier: fa._score(episode, fa._union(a.intervals for a in tier_alerts), rec["kills"], trace, 0)
               for tier, tier_alerts in alerts.items()}
     scored["any"] = fa._score(episode, fa._union(a.intervals for tier_alerts in alerts.values() for a in tier_alerts),
@@ -321,8 +317,10 @@ def main(argv=None) -> int:
     rec.add_argument("--jobs", type=int, default=1)
     rec.add_argument("--out", required=True)
     rep = sub.add_parser("replay")
-    rep.add_argument("--scrape", type=float, metavar="S", help="rules see a scrape every S s (default: every poll)")
-    rep.add_argument("--evaluation", type=float, metavar="E", help="... evaluated every E s (default: the scrape's)")
+    rep.add_argument("--scrape-interval", type=fa._positive(float), metavar="S",
+                     help="the rules see a scrape every S s, as bench/foresight_accuracy.py (default: every poll)")
+    rep.add_argument("--evaluation-interval", type=fa._positive(float), metavar="E",
+                     help="... and are evaluated every E s (default: the scrape interval)")
     rep.add_argument("files", nargs="+")
     mis = sub.add_parser("misses")
     mis.add_argument("files", nargs="+")
@@ -333,9 +331,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.cmd == "record":
         return record(args)
-    for value, name in ((getattr(args, "scrape", None), "--scrape"), (getattr(args, "evaluation", None), "--evaluation")):
-        if value is not None and not value > 0:
-            parser.error(f"{name} must be > 0, got {value:g}")
     every: list[dict] = []
     classified: list[dict] = []
     for path in args.files:
@@ -354,11 +349,11 @@ def main(argv=None) -> int:
             classified.extend(classify_misses(doc, replay(doc, trace_rows=True)))
         else:
             when = None
-            if args.scrape is not None or args.evaluation is not None:
+            if args.scrape_interval is not None or args.evaluation_interval is not None:
                 try:
-                    when = fa.cadence(doc["interval"], args.scrape, args.evaluation)
+                    when = fa.cadence(doc["interval"], args.scrape_interval, args.evaluation_interval)
                 except ValueError as e:  # the recording's polls do not fall on the cadence
-                    print(f"foresight_replay: {path}: {e}".replace("-interval", ""), file=sys.stderr)
+                    print(f"foresight_replay: {path}: {e}", file=sys.stderr)
                     return 2
             results = replay(doc, when=when)
             every.extend(results)

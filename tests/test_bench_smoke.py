@@ -273,6 +273,9 @@ def test_foresight_replay_of_recorded_forecasts_gives_the_bench_figures(tmp_path
     starts = [a["start"] + episodes[r["index"]].test_start for r in coarse for a in r["tiers"]["critical"]["alerts"]]
     assert starts and all(foresight_replay.fa._on(start, 30.0) for start in starts)
     assert starts != [a["start"] + episodes[r["index"]].test_start for r in replayed for a in r["tiers"]["critical"]["alerts"]]
+    bad = _run("foresight_replay.py", "replay", "--scrape-interval", "7", str(record))
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        f"foresight_replay: {record}: --scrape-interval 7 is not a positive multiple of the poll interval 5 s"]
     # the kills the exporter noticed are recorded per poll (confidence.after_kill is replayed from them)
     assert any(noticed for rec in doc["records"] for _t, _test, _rows, noticed in rec["polls"])
     # `false` lists exactly the pages a tier scores as false, with the polls they rested on: with the
